@@ -1,0 +1,187 @@
+"""meshrun's command line: argument parsing and dispatch only.
+
+    meshrun plan     [NODE FLAGS] [--json] [-- SCRIPT ARGS...]
+    meshrun run      [NODE FLAGS] [-- SCRIPT ARGS... | -m MODULE ARGS...]
+    meshrun simulate --nodes N [--nproc-per-node M] [FLAGS] -- SCRIPT ARGS...
+
+Node flags (each also a ``MESHRUN_<NAME>`` variable; a flag wins):
+--nnodes, --node-rank, --nproc-per-node, --master-addr, --master-port,
+--run-id, --log-dir, --world-size-means, --join-timeout.
+
+Every user error is one line on stderr and exit code 2 (see :mod:`meshrun.errors`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+
+from . import __version__
+from .errors import MeshrunError, UsageError
+from .topology import Flags
+
+NODE_FLAGS = {
+    "--nnodes": "number of nodes (machines) in the job",
+    "--node-rank": "this node's index, 0 on the master",
+    "--nproc-per-node": "worker processes on this node (default: one per visible GPU, "
+                        "or 1 without GPUs)",
+    "--master-addr": "address of node 0, which hosts the rendezvous store",
+    "--master-port": "port of the rendezvous store on node 0",
+    "--run-id": "job id shared by all nodes (default: the platform's job id)",
+    "--log-dir": "folder for logs; a run writes <log-dir>/<run-id>/ (default ./logs)",
+    "--world-size-means": "force the reading of WORLD_SIZE: nodes or processes",
+    "--join-timeout": "seconds to wait for every node to join (default 600)",
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2, no usage dump
+        raise UsageError(message, hint=f"see '{self.prog} --help'")
+
+
+def _node_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("node flags (each also MESHRUN_<NAME>)")
+    for flag, text in NODE_FLAGS.items():
+        group.add_argument(flag, dest=flag[2:].replace("-", "_"), metavar="VALUE", help=text)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="meshrun", description="One unchanged command on every node: detect "
+                     "the platform, plan the processes, launch PyTorch's elastic agent.")
+    parser.add_argument("--version", action="version", version=f"meshrun {__version__}")
+    sub = parser.add_subparsers(dest="verb", metavar="COMMAND", parser_class=_Parser)
+
+    p = sub.add_parser("plan", help="print what run would do here, and why (no side effects)")
+    _node_flags(p)
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+
+    r = sub.add_parser("run", help="launch the workers of this node")
+    _node_flags(r)
+    r.add_argument("--max-restarts", metavar="N", default=None,
+                   help="restart the workers after a failure up to N times (default 0)")
+
+    s = sub.add_parser("simulate", help="run N node agents on this machine over loopback")
+    s.add_argument("--nodes", metavar="N", required=True, help="simulated nodes")
+    for flag in ("--nproc-per-node", "--master-port", "--run-id", "--log-dir", "--join-timeout"):
+        s.add_argument(flag, dest=flag[2:].replace("-", "_"), metavar="VALUE",
+                       help=NODE_FLAGS[flag])
+    s.add_argument("--max-restarts", metavar="N", default=None, help="as for run")
+    return parser
+
+
+# Options that take a value: the command starts at the first word that is not one of them.
+_VALUE_OPTIONS = {*NODE_FLAGS, "--nodes", "--max-restarts"}
+
+
+def split_command(argv: Sequence[str]) -> tuple[list[str], list[str] | None, bool]:
+    """Split ``argv`` into meshrun's options and the worker command.
+
+    Returns (options, command, is_module). ``--`` ends the options; so does the
+    first bare word (the script) or ``-m MODULE``.
+    """
+    argv = list(argv)
+    options: list[str] = []
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if token == "--":
+            return options, argv[i + 1:], False
+        if token in ("-m", "--module"):
+            if i + 1 >= len(argv):
+                raise UsageError("-m needs a module name", hint="meshrun run -m package.train")
+            return options, argv[i + 1:], True
+        if token.startswith("-"):
+            options.append(token)
+            if token in _VALUE_OPTIONS and "=" not in token and i + 1 < len(argv):
+                options.append(argv[i + 1])
+                i += 1
+            i += 1
+            continue
+        if not options:  # the verb itself
+            options.append(token)
+            i += 1
+            continue
+        return options, argv[i:], False
+    return options, None, False
+
+
+def flags_from(args: argparse.Namespace) -> Flags:
+    return Flags(**{name: getattr(args, name, None) for name in Flags.__dataclass_fields__})
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        options, command, is_module = split_command(argv)
+        args = build_parser().parse_args(options)
+        if args.verb is None:
+            build_parser().print_help()
+            return 2
+        return _dispatch(args, command, is_module)
+    except MeshrunError as err:
+        print(err.line(), file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("meshrun: interrupted", file=sys.stderr)
+        return 130
+
+
+def _dispatch(args: argparse.Namespace, command: list[str] | None, is_module: bool) -> int:
+    from .plan import Command
+
+    cmd = None
+    if command:
+        cmd = Command(target=command[0], args=tuple(command[1:]), module=is_module)
+    if args.verb == "plan":
+        return _plan(args, cmd)
+    if cmd is None:
+        raise UsageError(f"'meshrun {args.verb}' needs the training command",
+                         hint=f"meshrun {args.verb} [flags] -- train.py [ARGS...] "
+                              "(or -m package.module)")
+    if args.verb == "run":
+        from .launch import run
+
+        return run(make_plan_here(args, cmd), max_restarts=_restarts(args))
+    if args.verb == "simulate":
+        from .simulate import simulate
+
+        return simulate(args, cmd, max_restarts=_restarts(args))
+    raise UsageError(f"unknown command {args.verb!r}", hint="see 'meshrun --help'")
+
+
+def _restarts(args: argparse.Namespace) -> int:
+    from .topology.base import parse_int
+
+    raw = args.max_restarts if args.max_restarts is not None else os.environ.get(
+        "MESHRUN_MAX_RESTARTS")
+    if raw is None or str(raw).strip() == "":
+        return 0
+    name = "--max-restarts" if args.max_restarts is not None else "MESHRUN_MAX_RESTARTS"
+    return parse_int(raw, name, minimum=0)
+
+
+def make_plan_here(args: argparse.Namespace, cmd=None):
+    """Collect this host's facts and plan (the one place the CLI reads os.environ)."""
+    from . import facts
+    from .plan import make_plan
+
+    env = dict(os.environ)
+    return make_plan(env, flags_from(args), facts.collect(env), cmd)
+
+
+def _plan(args: argparse.Namespace, cmd) -> int:
+    from .plan import describe
+
+    plan = make_plan_here(args, cmd)
+    if args.json:
+        print(json.dumps(plan.to_json(), indent=2, sort_keys=True))
+    else:
+        print(describe(plan))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,441 @@
+"""The planner: topology + host facts + flags -> :class:`LaunchPlan`. Pure.
+
+``make_plan(env, flags, facts, command)`` reads nothing but its arguments, so a
+64-node plan is a unit test. Every malformed or inconsistent input raises a
+:class:`~meshrun.errors.UsageError` whose one line names the variable or flag
+and the fix; ``meshrun plan`` and ``meshrun run`` share this function, so they
+validate exactly alike.
+
+The WORLD_SIZE rule
+-------------------
+``WORLD_SIZE`` counts nodes on PAI-DLC, KubeBrain, Volcano and older Kubeflow
+PyTorchJobs, but processes in torch and newer PyTorchJobs. meshrun reads it so:
+
+1. ``--world-size-means nodes|processes`` (``MESHRUN_WORLD_SIZE_MEANS``) decides;
+2. else, when another source gives the node count (``--nnodes``, ``PET_NNODES``,
+   ``NNODES``, ``SLURM_NNODES``, ...): ``WORLD_SIZE == nodes`` reads as nodes,
+   ``WORLD_SIZE == nodes x processes per node`` as processes, anything else is a
+   contradiction;
+3. else it is the node count: the platforms that export WORLD_SIZE without any
+   other node count (PAI-DLC, KubeBrain, Volcano's plugin, older PyTorchJob)
+   all mean nodes.
+
+``RANK`` from the same platforms is always the node (pod) index.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+
+from . import __version__
+from .errors import UsageError
+from .facts import Gpu, HostFacts
+from .topology import Flags, Sourced, Topology, detect
+
+DEFAULT_LOG_DIR = "logs"
+DEFAULT_MASTER_PORT = 29500
+DEFAULT_JOIN_TIMEOUT = 600
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+_HOST = re.compile(r"^[A-Za-z0-9_.:-]+$|^\[[0-9A-Fa-f:]+\]$")
+
+
+@dataclass(frozen=True)
+class Command:
+    """What each worker runs: ``python -u SCRIPT ARGS`` or ``python -u -m MODULE ARGS``."""
+
+    target: str
+    args: tuple[str, ...] = ()
+    module: bool = False
+
+    def argv(self) -> list[str]:
+        return (["-m", self.target] if self.module else [self.target]) + list(self.args)
+
+    def display(self) -> str:
+        return " ".join(self.argv())
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    """One variable meshrun sets for the workers, and why."""
+
+    name: str
+    value: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    nnodes: int
+    node_rank: int
+    nproc_per_node: int
+    world_size: int
+    global_ranks: tuple[int, ...]
+    master_addr: str
+    master_port: int  # 0: single node, a free port is chosen at launch
+    run_id: str
+    backend: str
+    device: str  # "cuda" or "cpu"
+    visible_devices: tuple[str, ...]
+    gpu_names: tuple[str, ...]
+    log_dir: str  # <log-dir>/<run-id>
+    join_timeout: int
+    env: tuple[EnvVar, ...]
+    source: Mapping[str, str]
+    platform: str
+    platforms: tuple[str, ...]
+    world_size_reading: str
+    hostname: str
+    command: Command | None = None
+    warnings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    version: str = __version__
+
+    @property
+    def is_master(self) -> bool:
+        return self.node_rank == 0
+
+    def env_dict(self) -> dict[str, str]:
+        return {var.name: var.value for var in self.env}
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["global_ranks"] = list(self.global_ranks)
+        data["visible_devices"] = list(self.visible_devices)
+        data["env"] = self.env_dict()
+        data["env_reasons"] = {var.name: var.reason for var in self.env}
+        data["source"] = dict(self.source)
+        data["command"] = self.command.argv() if self.command else None
+        return data
+
+
+def make_plan(env: Mapping[str, str], flags: Flags, facts: HostFacts,
+              command: Command | None = None) -> LaunchPlan:
+    """Resolve and validate everything; raise :class:`UsageError` on any bad input."""
+    topo = detect(env, flags, facts.host_info())
+    source: dict[str, str] = {}
+    warnings: list[str] = []
+
+    visible, gpus = _visible_gpus(env, facts)
+    nproc = _nproc(topo, visible, facts, source, warnings)
+    gpu_mode = bool(visible)
+    if gpu_mode:
+        visible, gpus = visible[:nproc], gpus[:nproc]
+
+    nnodes, reading = _nnodes(topo, nproc, source)
+    node_rank = _node_rank(topo, nnodes, source)
+    _one_agent_per_node(topo, nproc)
+    master_addr = _master_addr(topo, nnodes, source, facts)
+    master_port = _master_port(topo, nnodes, source)
+    run_id = _run_id(topo, master_addr, master_port, nnodes, command, source)
+    log_root = topo.log_dir.value if topo.log_dir else DEFAULT_LOG_DIR
+    source["log_dir"] = topo.log_dir.source if topo.log_dir else "default"
+    join_timeout = topo.join_timeout.value if topo.join_timeout else DEFAULT_JOIN_TIMEOUT
+    backend = "nccl" if gpu_mode else "gloo"
+    source["backend"] = ("GPUs visible: NCCL" if gpu_mode
+                         else "no GPU visible: CPU workers with gloo")
+    log_dir = f"{log_root.rstrip('/')}/{run_id}"
+
+    worker_env = _worker_env(env, visible, gpu_mode, nproc, nnodes, node_rank, run_id, backend,
+                             log_dir)
+    if facts.gpu_error:
+        warnings.append(f"{facts.gpu_error}; running on CPU")
+    return LaunchPlan(
+        nnodes=nnodes, node_rank=node_rank, nproc_per_node=nproc, world_size=nnodes * nproc,
+        global_ranks=tuple(range(node_rank * nproc, (node_rank + 1) * nproc)),
+        master_addr=master_addr, master_port=master_port, run_id=run_id, backend=backend,
+        device="cuda" if gpu_mode else "cpu", visible_devices=tuple(visible),
+        gpu_names=tuple(g.name for g in gpus), log_dir=log_dir, join_timeout=join_timeout,
+        env=tuple(worker_env), source=source, platform=topo.platform, platforms=topo.platforms,
+        world_size_reading=reading, hostname=facts.hostname, command=command,
+        warnings=tuple(warnings), notes=topo.notes)
+
+
+# --- devices -----------------------------------------------------------------------------
+
+def _visible_gpus(env: Mapping[str, str], facts: HostFacts) -> tuple[list[str], list[Gpu]]:
+    """The GPUs this node may use, as CUDA_VISIBLE_DEVICES tokens, honouring that variable."""
+    raw = env.get("CUDA_VISIBLE_DEVICES")
+    if raw is None:
+        return [str(g.index) for g in facts.gpus], list(facts.gpus)
+    tokens = [t.strip() for t in raw.split(",")]
+    if raw.strip() in ("", "-1", "NoDevFiles") or tokens == [""]:
+        return [], []
+    by_index = {g.index: g for g in facts.gpus}
+    seen: set[str] = set()
+    chosen: list[Gpu] = []
+    for token in tokens:
+        gpu = _resolve_gpu(token, raw, by_index, facts)
+        key = gpu.uuid or token
+        if key in seen:
+            raise UsageError(f"CUDA_VISIBLE_DEVICES={raw} names GPU {token} twice",
+                             subject="CUDA_VISIBLE_DEVICES",
+                             hint="list each GPU once, e.g. CUDA_VISIBLE_DEVICES=0,1")
+        seen.add(key)
+        chosen.append(gpu)
+    return tokens, chosen
+
+
+def _resolve_gpu(token: str, raw: str, by_index: dict[int, Gpu], facts: HostFacts) -> Gpu:
+    have = ", ".join(str(i) for i in sorted(by_index)) or "none"
+    if token.isdigit():
+        if int(token) in by_index:
+            return by_index[int(token)]
+        raise UsageError(f"CUDA_VISIBLE_DEVICES={raw} names GPU {token}, but this host has GPUs: "
+                         f"{have}", subject="CUDA_VISIBLE_DEVICES",
+                         hint="list only GPUs of this host (nvidia-smi -L), or unset it")
+    if token.startswith("MIG-"):
+        return Gpu(index=-1, uuid=token, name="MIG device")
+    if token.startswith("GPU-"):
+        matches = [g for g in facts.gpus if g.uuid.startswith(token)]
+        if len(matches) == 1:
+            return matches[0]
+        why = "matches no GPU of this host" if not matches else "matches several GPUs"
+        raise UsageError(f"CUDA_VISIBLE_DEVICES={raw}: {token} {why}",
+                         subject="CUDA_VISIBLE_DEVICES",
+                         hint="use indices or full UUIDs from nvidia-smi -L, or unset it")
+    raise UsageError(f"CUDA_VISIBLE_DEVICES={raw}: {token!r} is neither a GPU index nor a UUID",
+                     subject="CUDA_VISIBLE_DEVICES",
+                     hint="use indices like 0,1 or UUIDs like GPU-8f2e..., or unset it")
+
+
+def _nproc(topo: Topology, visible: list[str], facts: HostFacts, source: dict[str, str],
+           warnings: list[str]) -> int:
+    chosen = topo.nproc_per_node
+    if chosen is None:
+        if visible:
+            source["nproc_per_node"] = f"one per visible GPU ({len(visible)})"
+            return len(visible)
+        source["nproc_per_node"] = "no GPU visible: one CPU process per node"
+        return 1
+    source["nproc_per_node"] = chosen.source
+    if visible and chosen.value > len(visible):
+        raise UsageError(
+            f"{_say(chosen)} asks for {chosen.value} processes but this node has "
+            f"{len(visible)} visible GPUs ({', '.join(visible)}): worker {len(visible)} would "
+            "fail with 'invalid device ordinal'", subject=chosen.source,
+            hint=f"use {len(visible)} processes per node (a node runs only on its own GPUs; "
+                 "more GPUs means more nodes)")
+    if not visible and not chosen.explicit:
+        why = facts.gpu_error or "nvidia-smi lists no GPU"
+        raise UsageError(f"{_say(chosen)} promises {chosen.value} GPUs but none is visible here "
+                         f"({why})", subject=chosen.source,
+                         hint="check the driver with nvidia-smi, or pass --nproc-per-node to run "
+                              "CPU processes")
+    if visible and chosen.value < len(visible):
+        warnings.append(f"using {chosen.value} of {len(visible)} visible GPUs ({_say(chosen)})")
+    return chosen.value
+
+
+# --- nodes -------------------------------------------------------------------------------
+
+def read_world_size(topo: Topology, nproc: int) -> tuple[str, str]:
+    """Which reading of WORLD_SIZE applies, and why (see the module docstring)."""
+    ws = topo.world_size
+    assert ws is not None
+    if topo.world_size_means is not None:
+        return topo.world_size_means.value, f"forced by {topo.world_size_means.source}"
+    if topo.nnodes is not None:
+        n = topo.nnodes.value
+        if ws.value == n:
+            return "nodes", f"WORLD_SIZE={ws.value} equals {_say(topo.nnodes)}"
+        if ws.value == n * nproc:
+            return "processes", (f"WORLD_SIZE={ws.value} equals {_say(topo.nnodes)} x "
+                                 f"{nproc} processes per node")
+        raise UsageError(
+            f"WORLD_SIZE={ws.value} is neither the node count ({_say(topo.nnodes)}) nor "
+            f"nodes x processes per node ({n} x {nproc} = {n * nproc})", subject="WORLD_SIZE",
+            hint="unset WORLD_SIZE or fix it; --world-size-means nodes|processes forces a reading")
+    return "nodes", ("no other node count to cross-check: the platforms that export WORLD_SIZE "
+                     "alone (PAI-DLC, KubeBrain, Volcano, older PyTorchJob) mean nodes")
+
+
+def _nnodes(topo: Topology, nproc: int, source: dict[str, str]) -> tuple[int, str]:
+    reading = ""
+    nnodes = topo.nnodes
+    if topo.world_size is not None:
+        means, why = read_world_size(topo, nproc)
+        reading = f"WORLD_SIZE read as {means}: {why}"
+        ws = topo.world_size.value
+        if means == "processes":
+            if ws % nproc:
+                raise UsageError(
+                    f"WORLD_SIZE={ws} processes is not a multiple of {nproc} processes per node",
+                    subject="WORLD_SIZE", hint="fix WORLD_SIZE or --nproc-per-node, or use "
+                                               "--world-size-means nodes")
+            from_ws = Sourced(ws // nproc, f"WORLD_SIZE={ws} / {nproc} processes per node")
+        else:
+            from_ws = Sourced(ws, "WORLD_SIZE")
+        if nnodes is None or not nnodes.explicit:
+            nnodes = from_ws
+    elif topo.world_size_means is not None:
+        reading = f"{topo.world_size_means.source} given but WORLD_SIZE is not set"
+    if nnodes is None:
+        source["nnodes"] = "default: nothing names a node count, so a single node"
+        return 1, reading
+    source["nnodes"] = nnodes.source
+    return nnodes.value, reading
+
+
+def _node_rank(topo: Topology, nnodes: int, source: dict[str, str]) -> int:
+    rank = topo.node_rank
+    if rank is None:
+        if nnodes > 1:
+            raise UsageError(f"{nnodes} nodes but nothing says which one this is",
+                             subject="--node-rank",
+                             hint="pass --node-rank (0 on the master, 1.. on the others) or set "
+                                  "MESHRUN_NODE_RANK")
+        source["node_rank"] = "default: the only node"
+        return 0
+    if rank.value >= nnodes:
+        raise UsageError(f"{_say(rank)} is not below the node count {nnodes} "
+                         f"({source['nnodes']}); node ranks run 0..{nnodes - 1}",
+                         subject=rank.source,
+                         hint=f"give each node a rank in 0..{nnodes - 1}, or fix the node count")
+    source["node_rank"] = rank.source
+    return rank.value
+
+
+def _one_agent_per_node(topo: Topology, nproc: int) -> None:
+    agents = topo.local_agents
+    if agents is not None and agents.value > 1:
+        launcher = "srun" if "SLURM" in agents.source else "mpirun"
+        fix = ("srun --ntasks-per-node=1 meshrun run ..." if launcher == "srun"
+               else "mpirun --map-by ppr:1:node meshrun run ...")
+        raise UsageError(
+            f"{launcher} started {agents.value} meshrun copies on this node ({agents.source}); "
+            f"each would start all {nproc} workers (duplicate GPUs, {agents.value * nproc} "
+            "processes)", subject=agents.source, hint=f"start one per node: {fix}")
+
+
+def _master_addr(topo: Topology, nnodes: int, source: dict[str, str], facts: HostFacts) -> str:
+    addr = topo.master_addr
+    if addr is None or (nnodes > 1 and addr.source.startswith("default")):
+        if nnodes > 1:
+            raise UsageError(f"{nnodes} nodes but no master address", subject="--master-addr",
+                             hint="pass --master-addr (or MASTER_ADDR) with node 0's address, the "
+                                  "same on every node")
+        source["master_addr"] = "default: single node, loopback"
+        return "127.0.0.1"
+    value = str(addr.value)
+    if "://" in value or not _HOST.match(value):
+        raise UsageError(f"{_say(addr)} is not a host name or IP address", subject=addr.source,
+                         hint="give a bare host or address like 10.0.0.1 or node-0.svc")
+    if value.count(":") == 1:
+        raise UsageError(f"{_say(addr)} includes a port", subject=addr.source,
+                         hint="give the port separately with --master-port / MASTER_PORT")
+    source["master_addr"] = addr.source
+    return value
+
+
+def _master_port(topo: Topology, nnodes: int, source: dict[str, str]) -> int:
+    port = topo.master_port
+    if port is None:
+        if nnodes == 1:
+            source["master_port"] = "single node: a free port is chosen at launch"
+            return 0
+        source["master_port"] = f"default ({DEFAULT_MASTER_PORT})"
+        return DEFAULT_MASTER_PORT
+    if not 1 <= port.value <= 65535:
+        raise UsageError(f"{_say(port)} is outside 1..65535", subject=port.source,
+                         hint="pick a free port such as 29500")
+    source["master_port"] = port.source
+    return port.value
+
+
+def _run_id(topo: Topology, addr: str, port: int, nnodes: int,
+            command: Command | None, source: dict[str, str]) -> str:
+    if topo.run_id is not None:
+        value = str(topo.run_id.value)
+        if not _RUN_ID.match(value):
+            raise UsageError(f"{_say(topo.run_id)} is not a usable run id", subject=topo.run_id.source,
+                             hint="use letters, digits, '.', '_' and '-' (at most 128), starting "
+                                  "with a letter or digit")
+        source["run_id"] = topo.run_id.source
+        return value
+    # Identical on every node without talking: a hash of what every node agrees on.
+    seed = f"{addr}|{port}|{nnodes}|{command.display() if command else ''}"
+    digest = hashlib.sha256(seed.encode()).hexdigest()[:10]
+    source["run_id"] = ("hash of master address, port, node count and command (no platform job "
+                        "id; pass --run-id to tell reruns apart)")
+    return f"mr-{digest}"
+
+
+# --- environment for the workers ---------------------------------------------------------
+
+def _worker_env(env: Mapping[str, str], visible: Sequence[str], gpu_mode: bool, nproc: int,
+                nnodes: int, node_rank: int, run_id: str, backend: str,
+                log_dir: str) -> list[EnvVar]:
+    out: list[EnvVar] = []
+    if gpu_mode:
+        out.append(EnvVar("CUDA_VISIBLE_DEVICES", ",".join(visible),
+                          "this node's own GPUs, one per local rank"))
+    if nproc > 1 and "OMP_NUM_THREADS" not in env:
+        out.append(EnvVar("OMP_NUM_THREADS", "1", f"{nproc} processes share this node's CPUs "
+                          "(torchrun's default; set OMP_NUM_THREADS to override)"))
+    out += [
+        EnvVar("MESHRUN_RUN_ID", run_id, "the job's run id, for scripts and logs"),
+        EnvVar("MESHRUN_NNODES", str(nnodes), "node count, for scripts"),
+        EnvVar("MESHRUN_NODE_RANK", str(node_rank), "this node's rank, for scripts"),
+        EnvVar("MESHRUN_BACKEND", backend, "process-group backend for meshrun.init_distributed"),
+        EnvVar("MESHRUN_LOG_DIR", log_dir, "this run's log folder"),
+    ]
+    return out
+
+
+def _say(value: Sourced) -> str:
+    name = value.source
+    if name.startswith("--"):
+        return f"{name} {value.value}"
+    if name.replace("_", "").isalnum() and name.isupper():
+        return f"{name}={value.value}"
+    return f"{value.value} ({name})"
+
+
+# --- text --------------------------------------------------------------------------------
+
+def describe(plan: LaunchPlan) -> str:
+    """The plan as an aligned ``key : value`` block (the run banner uses it too)."""
+    ranks = plan.global_ranks
+    rank_text = f"{ranks[0]}-{ranks[-1]}" if len(ranks) > 1 else str(ranks[0])
+    port = str(plan.master_port) if plan.master_port else "auto"
+    devices = (f"GPUs {','.join(plan.visible_devices)}"
+               + (f" ({plan.gpu_names[0]})" if plan.gpu_names else "")
+               if plan.device == "cuda" else "CPU")
+    src = plan.source
+    rows = [
+        ("platform", plan.platform, ", ".join(plan.platforms[1:]) and
+         "also seen: " + ", ".join(plan.platforms[1:])),
+        ("nodes", str(plan.nnodes), src.get("nnodes", "")),
+        ("node rank", str(plan.node_rank), src.get("node_rank", "")),
+        ("master", f"{plan.master_addr}:{port}",
+         f"{src.get('master_addr', '')}; port: {src.get('master_port', '')}"),
+        ("processes per node", str(plan.nproc_per_node), src.get("nproc_per_node", "")),
+        ("devices", devices, ""),
+        ("world size", str(plan.world_size), f"{plan.nnodes} nodes x {plan.nproc_per_node}"),
+        ("global ranks", rank_text, f"on {plan.hostname}"),
+        ("backend", plan.backend, src.get("backend", "")),
+        ("run id", plan.run_id, src.get("run_id", "")),
+        ("log dir", plan.log_dir, src.get("log_dir", "")),
+    ]
+    if plan.world_size_reading:
+        rows.append(("WORLD_SIZE", plan.world_size_reading, ""))
+    if plan.command:
+        rows.append(("command", plan.command.display(), ""))
+    width = max(len(key) for key, _, _ in rows)
+    vwidth = min(24, max(len(value) for _, value, _ in rows))
+    lines = [f"meshrun {plan.version}"]
+    for key, value, why in rows:
+        line = f"  {key.ljust(width)} : {value.ljust(vwidth)}"
+        if why:
+            line += f"  ({why})"
+        lines.append(line.rstrip())
+    for var in plan.env:
+        lines.append(f"  {'env'.ljust(width)} : {var.name}={var.value}  ({var.reason})")
+    for warning in plan.warnings:
+        lines.append(f"  {'warning'.ljust(width)} : {warning}")
+    for note in plan.notes:
+        lines.append(f"  {'note'.ljust(width)} : {note}")
+    return "\n".join(lines)

@@ -1,0 +1,179 @@
+"""Where am I: node count, node rank, master address and port, from flags and variables.
+
+Pure: :func:`detect` is handed the environment as a mapping, the CLI flags and
+the few host facts detection needs; it reads nothing else. Precedence:
+
+1. command-line flags (``--nnodes`` ...),
+2. ``MESHRUN_<NAME>`` variables (``MESHRUN_NNODES`` ...),
+3. platform conventions, one module each in this package. Explicit values from
+   two platforms must agree (else one clear error naming both variables);
+   derived values (a port made from a job id, the first host of a node list,
+   a documented default) yield to explicit ones.
+
+Every resolved value is a :class:`~meshrun.topology.base.Sourced` that records
+where it came from, so the plan can say it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+
+from ..errors import UsageError
+from . import (awsbatch, azureml, env_style, kubernetes, lsf, mpi, nnodes_style, sagemaker,
+               skypilot, slurm, torchrun_style, volcano)
+from .base import FIELDS, Claims, HostInfo, Sourced, parse_int
+
+# Most specific first: the first detected one names the platform in the plan.
+DETECTORS = (
+    slurm, lsf, sagemaker, awsbatch, skypilot, volcano, torchrun_style, azureml, kubernetes,
+    mpi, env_style, nnodes_style,
+)
+
+WORLD_SIZE_MEANS = ("nodes", "processes")
+
+
+@dataclass(frozen=True)
+class Flags:
+    """The node flags of ``run``/``plan``/``simulate``/``render``, as typed (strings or None).
+
+    Each has a ``MESHRUN_<NAME>`` variable; a flag beats its variable.
+    """
+
+    nnodes: str | None = None
+    node_rank: str | None = None
+    nproc_per_node: str | None = None
+    master_addr: str | None = None
+    master_port: str | None = None
+    run_id: str | None = None
+    log_dir: str | None = None
+    world_size_means: str | None = None
+    join_timeout: str | None = None
+
+    @staticmethod
+    def flag_name(name: str) -> str:
+        return "--" + name.replace("_", "-")
+
+    @staticmethod
+    def env_name(name: str) -> str:
+        return "MESHRUN_" + name.upper()
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Detected values, each with its source; None where nothing said anything."""
+
+    nnodes: Sourced | None = None
+    node_rank: Sourced | None = None
+    nproc_per_node: Sourced | None = None
+    master_addr: Sourced | None = None
+    master_port: Sourced | None = None
+    run_id: Sourced | None = None
+    world_size: Sourced | None = None
+    world_size_means: Sourced | None = None
+    local_agents: Sourced | None = None
+    log_dir: Sourced | None = None
+    join_timeout: Sourced | None = None
+    platform: str = "single-node"
+    platforms: tuple[str, ...] = ()
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+_INT_FIELDS = {"nnodes": 1, "node_rank": 0, "nproc_per_node": 1, "master_port": 1,
+               "join_timeout": 1}
+
+
+def detect(env: Mapping[str, str], flags: Flags = Flags(), host: HostInfo = HostInfo()) -> Topology:
+    """Resolve this node's place in the job from ``env`` and ``flags`` (see module doc)."""
+    _refuse_inside_worker(env)
+    chosen: dict[str, Sourced] = {}
+    for f in fields(Flags):
+        name = f.name
+        raw = getattr(flags, name)
+        label = Flags.flag_name(name)
+        if raw is None or str(raw).strip() == "":
+            raw, label = env.get(Flags.env_name(name)), Flags.env_name(name)
+        if raw is None or str(raw).strip() == "":
+            continue
+        chosen[name] = Sourced(_parse(name, str(raw), label), label)
+
+    detected: list[Claims] = [c for c in (d.detect(env, host) for d in DETECTORS) if c]
+    master = _master_env(env)
+    if master is not None:
+        detected.append(master)
+    for name in (*FIELDS, "world_size", "local_agents"):
+        if name in chosen:
+            continue
+        value = _merge(name, detected)
+        if value is not None:
+            chosen[name] = value
+
+    labels = tuple(dict.fromkeys(c.platform for c in detected if c.platform))
+    notes = tuple(note for c in detected for note in c.notes)
+    return Topology(platform=labels[0] if labels else "single-node", platforms=labels,
+                    notes=notes, **chosen)
+
+
+def _parse(name: str, raw: str, label: str):
+    if name == "master_port":
+        return parse_int(raw, label, minimum=1, maximum=65535)
+    if name in _INT_FIELDS:
+        return parse_int(raw, label, minimum=_INT_FIELDS[name])
+    if name == "world_size_means":
+        value = raw.strip().lower()
+        if value not in WORLD_SIZE_MEANS:
+            raise UsageError(f"{label} {raw!r} is neither 'nodes' nor 'processes'", subject=label,
+                             hint=f"use {label} nodes (WORLD_SIZE counts machines) or "
+                                  f"{label} processes (WORLD_SIZE counts GPUs/processes)")
+        return value
+    return raw.strip()
+
+
+def _merge(name: str, detected: list[Claims]) -> Sourced | None:
+    candidates = [(c.platform, getattr(c, name)) for c in detected if getattr(c, name) is not None]
+    explicit = [(p, s) for p, s in candidates if s.explicit]
+    for (p1, s1), (p2, s2) in zip(explicit, explicit[1:]):
+        if s1.value != s2.value:
+            what = name.replace("_", " ")
+            raise UsageError(
+                f"{_show(s1)} and {_show(s2)} disagree on the {what}", subject=s1.source,
+                hint=f"unset the wrong one, or choose with {Flags.flag_name(name)} "
+                     f"(or {Flags.env_name(name)})" if name in FIELDS else "unset the wrong one")
+    if explicit:
+        return explicit[0][1]
+    return candidates[0][1] if candidates else None
+
+
+def _show(value: Sourced) -> str:
+    source = value.source
+    if source.isupper() or source.replace("_", "").isalnum():
+        return f"{source}={value.value}"
+    return f"{value.value} ({source})"
+
+
+def _master_env(env: Mapping[str, str]) -> Claims | None:
+    """Plain MASTER_ADDR/MASTER_PORT, whatever else is set (e.g. exported in an sbatch script)."""
+    addr = env.get("MASTER_ADDR", "").strip()
+    port = env.get("MASTER_PORT", "").strip()
+    if not (addr or port):
+        return None
+    claims = Claims(platform="")
+    if addr:
+        claims.master_addr = Sourced(addr, "MASTER_ADDR")
+    if port:
+        claims.master_port = Sourced(parse_int(port, "MASTER_PORT", minimum=1, maximum=65535),
+                                     "MASTER_PORT")
+    return claims
+
+
+def _refuse_inside_worker(env: Mapping[str, str]) -> None:
+    for name in ("TORCHELASTIC_RUN_ID", "LOCAL_RANK"):
+        if env.get(name, "").strip():
+            raise UsageError(
+                f"{name}={env[name]} is set: this is already a worker started by a launcher "
+                "(torchrun, meshrun, accelerate), and meshrun here would start workers of its own",
+                subject=name, hint="call your script directly inside workers; if this is not a "
+                                   f"worker, unset {name}")
+
+
+__all__ = ["Flags", "HostInfo", "Sourced", "Topology", "detect"]

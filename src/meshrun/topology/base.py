@@ -1,0 +1,190 @@
+"""Shared pieces of topology detection: provenance-carrying values and claims.
+
+Every platform module exposes ``detect(env, host) -> Claims | None``: what
+that platform's variables say about this node, each value tagged with the
+variable it came from. Detectors are pure: they read only the mapping they
+are handed (and the :class:`HostInfo` that facts collected), never
+``os.environ``, files, subprocesses or the network.
+
+A value is *explicit* when a variable states it directly (``SLURM_NNODES``)
+and *derived* when meshrun computed it (the first host of a SLURM node list,
+a port made from a job id, a documented default). Explicit values from two
+platforms that disagree are a contradiction and stop the plan; a derived
+value yields to any explicit one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import UsageError
+
+
+@dataclass(frozen=True)
+class Sourced:
+    """A value and where it came from (a flag, a variable, a derivation)."""
+
+    value: Any
+    source: str
+    explicit: bool = True
+
+    def describe(self) -> str:
+        return self.source
+
+
+@dataclass(frozen=True)
+class HostInfo:
+    """The few host facts detection may use (collected by :mod:`meshrun.facts`)."""
+
+    hostname: str = ""
+    # Text of files a platform points to by a variable (LSF's LSB_DJOB_RANKFILE),
+    # keyed by the path; read once by facts so that detection stays pure.
+    files: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Claims:
+    """What one platform convention says about this node."""
+
+    platform: str
+    nnodes: Sourced | None = None
+    node_rank: Sourced | None = None
+    nproc_per_node: Sourced | None = None
+    master_addr: Sourced | None = None
+    master_port: Sourced | None = None
+    run_id: Sourced | None = None
+    # WORLD_SIZE as a platform exported it: nodes or processes, decided by the planner.
+    world_size: Sourced | None = None
+    # How many copies of meshrun the platform started on this node (srun tasks, MPI ranks).
+    local_agents: Sourced | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+FIELDS = ("nnodes", "node_rank", "nproc_per_node", "master_addr", "master_port", "run_id")
+
+
+def read_int(env: Mapping[str, str], name: str, *, minimum: int = 0) -> Sourced | None:
+    """``env[name]`` as an int >= minimum, or None when unset or empty."""
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return None
+    return Sourced(parse_int(raw, name, minimum=minimum), name)
+
+
+def parse_int(raw: str, name: str, *, minimum: int = 0, maximum: int | None = None,
+              what: str = "") -> int:
+    """Parse a whole number named ``name`` (a flag or a variable), or raise one clear line."""
+    text = str(raw).strip()
+    label = f"{name}={raw!r}" if not name.startswith("--") else f"{name} {raw!r}"
+    what = what or "a whole number"
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise UsageError(f"{label} is not {what}", subject=name,
+                         hint=f"set {name} to {_example(name, minimum)}") from None
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f"{minimum}..{maximum}" if maximum is not None else f">= {minimum}"
+        raise UsageError(f"{label} is out of range (must be {bound})", subject=name,
+                         hint=f"set {name} to {_example(name, minimum)}")
+    return value
+
+
+def _example(name: str, minimum: int) -> str:
+    lowered = name.lower()
+    if "port" in lowered:
+        return "a port in 1..65535, e.g. 29500"
+    if "rank" in lowered or "index" in lowered or "nodeid" in lowered:
+        return "this node's index, counted from 0"
+    return f"a whole number >= {minimum}, e.g. {max(minimum, 1) if minimum <= 1 else minimum}"
+
+
+def first_of(env: Mapping[str, str], *names: str) -> tuple[str, str] | None:
+    """The first of ``names`` that is set and non-empty, as (name, value)."""
+    for name in names:
+        value = env.get(name)
+        if value is not None and value.strip() != "":
+            return name, value.strip()
+    return None
+
+
+def derived_port(job_id: str, source: str) -> Sourced:
+    """A master port made from a numeric job id, the same on every node (Lightning's rule).
+
+    15000 + the last four digits: 15000..24999, clear of torchrun's 29400/29500
+    and of Linux's default ephemeral range (32768..60999).
+    """
+    digits = "".join(ch for ch in job_id if ch.isdigit())[-4:] or "0"
+    port = 15000 + int(digits)
+    return Sourced(port, f"derived from {source}={job_id} (15000 + last 4 digits)", explicit=False)
+
+
+def expand_hostlist(text: str) -> list[str]:
+    """Expand a SLURM compressed host list: ``gpu[01-03,07],cpu1`` -> gpu01 gpu02 gpu03 gpu07 cpu1.
+
+    Several bracket groups in one name multiply (``r[1-2]n[1-2]`` -> r1n1 r1n2 r2n1 r2n2),
+    and zero padding is kept (``[08-10]`` -> 08 09 10).
+    """
+    hosts: list[str] = []
+    for item in _split_top_level(text.strip()):
+        if item:
+            hosts.extend(_expand_one(item))
+    return hosts
+
+
+def _split_top_level(text: str) -> list[str]:
+    parts, depth, current = [], 0, []
+    for ch in text:
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+            if depth < 0:
+                raise ValueError(f"unbalanced ']' in host list {text!r}")
+        if ch == "," and depth == 0:
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+    if depth != 0:
+        raise ValueError(f"unbalanced '[' in host list {text!r}")
+    parts.append("".join(current))
+    return parts
+
+
+def _expand_one(item: str) -> list[str]:
+    start = item.find("[")
+    if start < 0:
+        return [item]
+    end = item.index("]", start)
+    prefix, body, rest = item[:start], item[start + 1:end], item[end + 1:]
+    tails = _expand_one(rest) if rest else [""]
+    out = []
+    for piece in body.split(","):
+        if "-" in piece:
+            lo, hi = piece.split("-", 1)
+            width = len(lo)
+            if not (lo.isdigit() and hi.isdigit()) or int(hi) < int(lo):
+                raise ValueError(f"bad range {piece!r} in host list")
+            values = [str(n).zfill(width) for n in range(int(lo), int(hi) + 1)]
+        else:
+            values = [piece]
+        for value in values:
+            out.extend(prefix + value + tail for tail in tails)
+    return out
+
+
+def expand_tasks_per_node(text: str) -> list[int]:
+    """SLURM's ``SLURM_TASKS_PER_NODE`` form: ``2(x3),1`` -> [2, 2, 2, 1]."""
+    counts: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if "(x" in part:
+            count, times = part.split("(x", 1)
+            counts.extend([int(count)] * int(times.rstrip(")")))
+        else:
+            counts.append(int(part))
+    return counts

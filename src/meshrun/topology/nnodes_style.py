@@ -1,0 +1,27 @@
+"""Seed 004 and torchrun-style shell scripts: ``NNODES``, ``NODE_RANK``, ``NPROC_PER_NODE``,
+``MASTER_ADDR`` (default localhost), ``MASTER_PORT`` (default 29500).
+
+Seed 004's ``NPROC_PER_NODE`` default of 8 was its machines' GPU count; meshrun
+counts this node's GPUs instead, so the default is never wrong on another box.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from .base import Claims, HostInfo, Sourced, read_int
+
+
+def detect(env: Mapping[str, str], host: HostInfo) -> Claims | None:
+    if not (env.get("NNODES") or env.get("NODE_RANK")):
+        return None
+    claims = Claims(platform="nnodes-node-rank")
+    claims.nnodes = read_int(env, "NNODES", minimum=1) or Sourced(1, "default of NNODES", False)
+    claims.node_rank = read_int(env, "NODE_RANK") or Sourced(0, "default of NODE_RANK", False)
+    claims.nproc_per_node = read_int(env, "NPROC_PER_NODE", minimum=1)
+    master = env.get("MASTER_ADDR", "").strip()
+    claims.master_addr = (Sourced(master, "MASTER_ADDR") if master
+                          else Sourced("localhost", "default of MASTER_ADDR (seed 004)", False))
+    claims.master_port = (read_int(env, "MASTER_PORT", minimum=1)
+                          or Sourced(29500, "default of MASTER_PORT (seed 004)", False))
+    return claims
