@@ -1,0 +1,193 @@
+"""The only place that starts processes: PyTorch's elastic agent, as torchrun runs it.
+
+``run(plan)`` does, on one node:
+
+1. open the run's log folder and tee everything printed into ``node<k>.log``;
+2. print the banner (the plan, with where each value came from);
+3. open the job's store (node 0 hosts it at the master address:port) and wait
+   until every node has joined (:mod:`meshrun.store`);
+4. call ``torch.distributed.launcher.api.launch_agent``, torchrun's own entry
+   point, with a c10d rendezvous over that store. The rendezvous handler is
+   torch's ``DynamicRendezvousHandler`` with ``C10dRendezvousBackend``; meshrun
+   wraps it only to keep the platform's node rank as the group rank (torch
+   would order nodes by host name), so global ranks are exactly the plan's:
+   node k runs ranks k*nproc .. k*nproc+nproc-1;
+5. report the outcome and return the workers' exit status.
+
+Workers run ``python -u SCRIPT ARGS`` (or ``-m MODULE``) with ``RANK``,
+``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``,
+``MASTER_ADDR``/``MASTER_PORT`` (the job's store), ``TORCHELASTIC_*`` set by
+the agent, plus the plan's variables (``CUDA_VISIBLE_DEVICES``,
+``OMP_NUM_THREADS``, ``MESHRUN_*``).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from typing import Any
+
+from .errors import EXIT_STARTUP, MeshrunError
+from .logs import RANK_PREFIX, LogRouter, worker_logs_spec
+from .plan import LaunchPlan, describe
+from .store import JobStore, join, open_store, say
+
+RDZV_BACKEND = "meshrun-c10d"
+
+
+def run(plan: LaunchPlan, *, max_restarts: int = 0) -> int:
+    """Launch this node's workers; return the exit code for the meshrun process."""
+    assert plan.command is not None
+    router = LogRouter(plan.log_dir, plan.node_rank, plan.global_ranks)
+    router.install()
+    try:
+        print(describe(plan), flush=True)
+        for moved in router.moved:
+            say(f"kept an earlier run's log as {moved}")
+        try:
+            return _launch(plan, max_restarts)
+        except MeshrunError as err:
+            print(err.line(), file=sys.stderr, flush=True)
+            return err.exit_code
+    finally:
+        router.close()
+
+
+def _launch(plan: LaunchPlan, max_restarts: int) -> int:
+    started = time.monotonic()
+    job = open_store(plan)
+    join(job, plan)
+    os.environ.update(plan.env_dict())
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, launch_agent
+
+    _register_backend(job, plan)
+    config = LaunchConfig(
+        min_nodes=plan.nnodes, max_nodes=plan.nnodes, nproc_per_node=plan.nproc_per_node,
+        run_id=plan.run_id, role="worker", rdzv_endpoint=f"{plan.master_addr}:{job.port}",
+        rdzv_backend=RDZV_BACKEND, rdzv_configs={"join_timeout": plan.join_timeout},
+        max_restarts=max_restarts, monitor_interval=0.1, start_method="spawn",
+        log_line_prefix_template=RANK_PREFIX,
+        logs_specs=worker_logs_spec(plan.log_dir, plan.node_rank),
+    )
+    say(f"starting {plan.nproc_per_node} worker(s): ranks "
+        f"{plan.global_ranks[0]}-{plan.global_ranks[-1]} of {plan.world_size} "
+        f"({time.monotonic() - started:.1f} s after start)")
+    try:
+        launch_agent(config, sys.executable, ["-u", *plan.command.argv()])
+    except ChildFailedError as failed:
+        return _report_failure(plan, failed)
+    except Exception as exc:  # the agent itself failed (rendezvous, store)
+        first = str(exc).strip().splitlines()
+        print(f"meshrun: error: the elastic agent on node {plan.node_rank} stopped: "
+              f"{type(exc).__name__}: {first[0] if first else ''}; fix: see "
+              f"{plan.log_dir}/node{plan.node_rank}.log", file=sys.stderr, flush=True)
+        return EXIT_STARTUP
+    say(f"all {plan.nproc_per_node} worker(s) of node {plan.node_rank} finished successfully; "
+        f"logs in {plan.log_dir}")
+    return 0
+
+
+def _report_failure(plan: LaunchPlan, failed: Any) -> int:
+    """One block naming the first failed rank, its exit, and its first error line."""
+    rank, failure = failed.get_first_failure()
+    code = failure.exitcode
+    how = (f"was killed by {failure.signal_name()}" if code < 0
+           else f"exited with code {code}")
+    print(f"meshrun: rank {rank} on node {plan.node_rank} ({socket.gethostname()}) {how}",
+          file=sys.stderr, flush=True)
+    line = _first_error_line(failure, plan, rank)
+    if line:
+        print(f"meshrun:   first error: {line}", file=sys.stderr, flush=True)
+    others = sorted(r for r in failed.failures if r != rank)
+    if others:
+        print(f"meshrun:   also failed: ranks {', '.join(map(str, others))}", file=sys.stderr)
+    print(f"meshrun:   logs: {plan.log_dir}/rank{rank}.log", file=sys.stderr, flush=True)
+    if code < 0:
+        return 128 + (-code)
+    return code if code > 0 else 1
+
+
+def _first_error_line(failure: Any, plan: LaunchPlan, rank: int) -> str:
+    message = failure.message
+    if isinstance(message, dict):
+        text = message.get("message", "")
+        if text:
+            return str(text).strip().splitlines()[-1]
+    path = os.path.join(plan.log_dir, f"rank{rank}.log")
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            lines = [line.rstrip() for line in handle if line.strip()]
+    except OSError:
+        return ""
+    for line in reversed(lines):
+        if "Error" in line or "Exception" in line:
+            return line[:300]
+    return lines[-1][:300] if lines else ""
+
+
+# --- the rendezvous: torch's c10d handler over the job's store -----------------------------
+
+def _register_backend(job: JobStore, plan: LaunchPlan) -> None:
+    from torch.distributed.elastic.rendezvous import rendezvous_handler_registry as registry
+
+    def create(params: Any) -> Any:
+        return _handler(job, plan, params)
+
+    registry._registry[RDZV_BACKEND] = create  # re-registration across runs in one process
+
+
+def _handler(job: JobStore, plan: LaunchPlan, params: Any) -> Any:
+    from datetime import timedelta
+
+    from torch.distributed.elastic.rendezvous.api import (RendezvousHandler, RendezvousInfo,
+                                                          RendezvousStoreInfo)
+    from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import (
+        C10dRendezvousBackend)
+    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import (
+        DynamicRendezvousHandler, RendezvousTimeout)
+
+    inner = DynamicRendezvousHandler.from_backend(
+        run_id=params.run_id, store=job.store,
+        backend=C10dRendezvousBackend(job.store, params.run_id),
+        min_nodes=params.min_nodes, max_nodes=params.max_nodes,
+        local_addr=plan.master_addr if plan.is_master else None,
+        timeout=RendezvousTimeout(join=timedelta(seconds=plan.join_timeout)))
+
+    class NodeRankRendezvous(RendezvousHandler):
+        """torch's c10d rendezvous, with the group rank pinned to the platform's node rank."""
+
+        def get_backend(self) -> str:
+            return RDZV_BACKEND
+
+        @property
+        def use_agent_store(self) -> bool:
+            return True
+
+        def next_rendezvous(self) -> Any:
+            info = inner.next_rendezvous()
+            if info.world_size != plan.nnodes:
+                raise RuntimeError(f"rendezvous formed with {info.world_size} nodes, "
+                                   f"expected {plan.nnodes}")
+            # Workers use the job's store on node 0 (torchrun's shared-store mode).
+            bootstrap = RendezvousStoreInfo(plan.master_addr, job.port)
+            return RendezvousInfo(info.store, plan.node_rank, plan.nnodes, bootstrap)
+
+        def is_closed(self) -> bool:
+            return inner.is_closed()
+
+        def set_closed(self) -> None:
+            inner.set_closed()
+
+        def num_nodes_waiting(self) -> int:
+            return inner.num_nodes_waiting()
+
+        def get_run_id(self) -> str:
+            return inner.get_run_id()
+
+        def shutdown(self) -> bool:
+            return inner.shutdown()
+
+    return NodeRankRendezvous()

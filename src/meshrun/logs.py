@@ -1,0 +1,160 @@
+"""Where a run's output goes: ``<log-dir>/<run-id>/``.
+
+* ``node<k>.log``: everything this node's meshrun printed: the banner, join
+  progress, the workers' output with ``[rank<r>]:`` prefixes, the outcome.
+* ``rank<r>.log``: one worker's stdout and stderr, interleaved as they came.
+* ``raw/node<k>-<time>/attempt<n>/rank<r>.{stdout,stderr,error.json}``: the
+  elastic agent's own redirect files and error reports, per restart attempt.
+
+Nothing is overwritten: a file left by an earlier run with the same run id is
+renamed to ``<name>.<its mtime>.log`` first. Each node touches only its own
+files, so a log folder on a shared filesystem is safe.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import sys
+import threading
+import time
+from typing import Any, TextIO
+
+RANK_PREFIX = "[rank${rank}]: "
+_RANK_LINE = re.compile(r"^\[rank(\d+)\]: ?(.*)$", re.S)
+# torch prefixes a worker's own traceback lines with "[rankN]:" too; say it once.
+_DOUBLE_PREFIX = re.compile(r"^(\[rank(\d+)\]: )\[rank\2\]: ?", re.M)
+
+
+def keep_previous(path: str) -> str | None:
+    """Rename an existing ``path`` aside (``name.<mtime>.log``); return the new name."""
+    if not os.path.exists(path):
+        return None
+    stem, ext = os.path.splitext(path)
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(os.path.getmtime(path)))
+    target, n = f"{stem}.{stamp}{ext}", 1
+    while os.path.exists(target):
+        target, n = f"{stem}.{stamp}-{n}{ext}", n + 1
+    os.replace(path, target)
+    return target
+
+
+class _Tee(io.TextIOBase):
+    """A stand-in for sys.stdout/sys.stderr: console + node log + per-rank logs."""
+
+    def __init__(self, console: TextIO, router: "LogRouter") -> None:
+        self._console = console
+        self._router = router
+        self._pending = ""
+
+    def write(self, text: str) -> int:
+        text = _DOUBLE_PREFIX.sub(r"\1", text)
+        with self._router.lock:
+            self._console.write(text)
+            self._pending += text
+            if "\n" in self._pending:
+                *lines, self._pending = self._pending.split("\n")
+                for line in lines:
+                    self._router.route(line)
+        return len(text)
+
+    def flush(self) -> None:
+        self._console.flush()
+        self._router.flush()
+
+    def fileno(self) -> int:
+        return self._console.fileno()
+
+    def isatty(self) -> bool:
+        return self._console.isatty()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return getattr(self._console, "encoding", "utf-8")
+
+
+class LogRouter:
+    """Owns the node log and the per-rank logs of one node; installs itself on sys.std*."""
+
+    def __init__(self, run_dir: str, node_rank: int, ranks: tuple[int, ...]) -> None:
+        os.makedirs(run_dir, exist_ok=True)
+        self.run_dir = run_dir
+        self.lock = threading.RLock()
+        self.node_log_path = os.path.join(run_dir, f"node{node_rank}.log")
+        self.moved = [m for m in (keep_previous(self.node_log_path),
+                                  *(keep_previous(self.rank_log_path(r)) for r in ranks)) if m]
+        self._node = open(self.node_log_path, "a", encoding="utf-8", buffering=1)
+        self._ranks: dict[int, TextIO] = {}
+        self._saved: tuple[Any, Any] | None = None
+
+    def rank_log_path(self, rank: int) -> str:
+        return os.path.join(self.run_dir, f"rank{rank}.log")
+
+    def route(self, line: str) -> None:
+        self._node.write(line + "\n")
+        match = _RANK_LINE.match(line)
+        if match:
+            rank = int(match.group(1))
+            handle = self._ranks.get(rank)
+            if handle is None:
+                handle = open(self.rank_log_path(rank), "a", encoding="utf-8", buffering=1)
+                self._ranks[rank] = handle
+            handle.write(match.group(2) + "\n")
+
+    def flush(self) -> None:
+        self._node.flush()
+        for handle in self._ranks.values():
+            handle.flush()
+
+    def install(self) -> None:
+        self._saved = (sys.stdout, sys.stderr)
+        sys.stdout = _Tee(sys.stdout, self)  # type: ignore[assignment]
+        sys.stderr = _Tee(sys.stderr, self)  # type: ignore[assignment]
+
+    def close(self) -> None:
+        with self.lock:
+            if self._saved is not None:
+                for stream in (sys.stdout, sys.stderr):
+                    pending = getattr(stream, "_pending", "")
+                    if pending:
+                        self.route(pending)
+                sys.stdout.flush()
+                sys.stderr.flush()
+                sys.stdout, sys.stderr = self._saved
+                self._saved = None
+            self._node.close()
+            for handle in self._ranks.values():
+                handle.close()
+
+
+def worker_logs_spec(run_dir: str, node_rank: int):
+    """A torch ``LogsSpecs`` that redirects and tees every worker under ``raw/``."""
+    from torch.distributed.elastic.multiprocessing.api import LogsDest, LogsSpecs, Std
+
+    session = os.path.join(run_dir, "raw", f"node{node_rank}-{time.strftime('%Y%m%d-%H%M%S')}")
+
+    class _WorkerLogs(LogsSpecs):
+        def __init__(self) -> None:
+            super().__init__(log_dir=session, redirects=Std.ALL, tee=Std.ALL)
+
+        @property
+        def root_log_dir(self) -> str:
+            return session
+
+        def reify(self, envs: dict[int, dict[str, str]]) -> Any:
+            attempt = envs[0].get("TORCHELASTIC_RESTART_COUNT", "0") if envs else "0"
+            folder = os.path.join(session, f"attempt{attempt}")
+            os.makedirs(folder, exist_ok=True)
+            out: dict[str, dict[int, str]] = {k: {} for k in ("stdouts", "stderrs", "errors")}
+            for local_rank, env in envs.items():
+                base = os.path.join(folder, f"rank{env.get('RANK', local_rank)}")
+                out["stdouts"][local_rank] = base + ".stdout"
+                out["stderrs"][local_rank] = base + ".stderr"
+                out["errors"][local_rank] = base + ".error.json"
+                env["TORCHELASTIC_ERROR_FILE"] = base + ".error.json"
+            return LogsDest(stdouts=out["stdouts"], stderrs=out["stderrs"],
+                            tee_stdouts=dict(out["stdouts"]), tee_stderrs=dict(out["stderrs"]),
+                            error_files=out["errors"])
+
+    return _WorkerLogs()

@@ -1,0 +1,121 @@
+"""``meshrun simulate``: N node agents on this machine, over loopback.
+
+Each simulated node is a separate ``meshrun run`` process given
+``--nnodes N --node-rank i --master-addr 127.0.0.1 --master-port P --run-id R``
+and an environment cleared of platform variables, so it does exactly what one
+machine of a real job would: its own plan, banner, store connection, elastic
+agent, workers and ``node<i>.log``. Their output is relayed here, rank lines as
+they are and everything else behind ``[node i]`` (the banner rows of node 0 only).
+
+Exit status: the first non-zero status by node rank, else 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping
+
+from .plan import Command
+
+# Variables through which a platform could tell a simulated node something else.
+PLATFORM_PREFIXES = ("SLURM_", "OMPI_", "PMI_", "PMIX_", "PET_", "SKYPILOT_", "VC_", "VK_",
+                     "SM_", "AWS_BATCH_", "AZUREML_", "LSB_", "JSM_", "TORCHELASTIC_",
+                     "MESHRUN_")
+PLATFORM_NAMES = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "NNODES", "NODE_RANK", "NPROC_PER_NODE",
+                  "MASTER_ADDR", "MASTER_PORT", "JOB_COMPLETION_INDEX", "GROUP_RANK",
+                  "LOCAL_WORLD_SIZE", "NODE_COUNT", "MPI_LOCALNRANKS", "PALS_LOCAL_SIZE")
+# MESHRUN_ variables that are not node flags and mean the same on every node.
+KEEP_MESHRUN = ("MESHRUN_MAX_RESTARTS", "MESHRUN_SYSFS_ROOT")
+
+
+def node_env(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` without anything a platform convention would read."""
+    return {k: v for k, v in env.items()
+            if k in KEEP_MESHRUN
+            or not (k.startswith(PLATFORM_PREFIXES) or k in PLATFORM_NAMES)}
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def node_argv(args: argparse.Namespace, cmd: Command, nodes: int, rank: int, port: int,
+              run_id: str, max_restarts: int) -> list[str]:
+    argv = [sys.executable, "-m", "meshrun", "run", "--nnodes", str(nodes), "--node-rank",
+            str(rank), "--master-addr", "127.0.0.1", "--master-port", str(port),
+            "--run-id", run_id, "--max-restarts", str(max_restarts)]
+    for name in ("nproc_per_node", "log_dir", "join_timeout"):
+        value = getattr(args, name, None)
+        if value is not None:
+            argv += ["--" + name.replace("_", "-"), str(value)]
+    if cmd.module:
+        return argv + ["-m", cmd.target, *cmd.args]
+    return argv + ["--", cmd.target, *cmd.args]
+
+
+def simulate(args: argparse.Namespace, cmd: Command, *, max_restarts: int = 0) -> int:
+    from . import facts
+    from .plan import make_plan
+    from .topology import Flags
+    from .topology.base import parse_int
+
+    nodes = parse_int(args.nodes, "--nodes", minimum=1)
+    port = int(args.master_port) if args.master_port else free_port()
+    run_id = args.run_id or f"sim-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    env = node_env(os.environ)
+    # Validate exactly as node 0 will, before anything starts (bad input -> exit 2 here).
+    make_plan(env, Flags(nnodes=str(nodes), node_rank="0", master_addr="127.0.0.1",
+                         master_port=str(port), run_id=run_id,
+                         nproc_per_node=getattr(args, "nproc_per_node", None),
+                         log_dir=getattr(args, "log_dir", None),
+                         join_timeout=getattr(args, "join_timeout", None)),
+              facts.collect(env), cmd)
+    print(f"meshrun: simulating {nodes} nodes on this machine (store 127.0.0.1:{port}, "
+          f"run id {run_id})", flush=True)
+    procs = [subprocess.Popen(node_argv(args, cmd, nodes, rank, port, run_id, max_restarts),
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, bufsize=1, start_new_session=True)
+             for rank in range(nodes)]
+    lock = threading.Lock()
+    relays = [threading.Thread(target=_relay, args=(p, rank, lock), daemon=True)
+              for rank, p in enumerate(procs)]
+    for thread in relays:
+        thread.start()
+    try:
+        codes = [p.wait() for p in procs]
+    except KeyboardInterrupt:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGINT)
+        codes = [p.wait() for p in procs]
+    for thread in relays:
+        thread.join(timeout=5)
+    failed = [(rank, code) for rank, code in enumerate(codes) if code != 0]
+    if failed:
+        rank, code = failed[0]
+        print(f"meshrun: simulated node {rank} exited with {code}"
+              + (f" (also failed: nodes {', '.join(str(r) for r, _ in failed[1:])})"
+                 if len(failed) > 1 else ""), file=sys.stderr, flush=True)
+        return code
+    print(f"meshrun: all {nodes} simulated nodes finished successfully", flush=True)
+    return 0
+
+
+def _relay(proc: subprocess.Popen, rank: int, lock: threading.Lock) -> None:
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if rank > 0 and line.startswith("  "):
+            continue  # node 0 showed the banner; every node's log keeps its own
+        text = line if line.startswith("[rank") else f"[node {rank}] {line}"
+        with lock:
+            sys.stdout.write(text)
+            sys.stdout.flush()

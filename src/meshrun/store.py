@@ -1,0 +1,189 @@
+"""The job's store: node 0 hosts one TCPStore at the master address:port; every node joins it.
+
+The same store serves, in order:
+
+1. meshrun's join step: each node claims its node rank and waits, printing
+   ``waiting for nodes: 1/2 joined``, until every node is there (or stops
+   with a message naming the master address and port it waited on);
+2. the c10d rendezvous of PyTorch's elastic agent (``C10dRendezvousBackend``
+   over this very store);
+3. the workers' own ``env://`` process-group store (torchrun's shared-store
+   mode, ``TORCHELASTIC_USE_AGENT_STORE``).
+
+Keys meshrun writes live under ``meshrun/``; the rendezvous and the workers
+use their own prefixes.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Callable
+
+from .errors import StartupError
+from .plan import LaunchPlan
+
+PREFIX = "meshrun/"
+_ATTEMPT_S = 5.0
+
+
+@dataclass
+class JobStore:
+    store: Any  # torch.distributed.TCPStore
+    port: int   # the real port (a free one when the plan said 0)
+    hosting: bool
+
+
+def say(message: str) -> None:
+    print(f"meshrun: {message}", flush=True)
+
+
+def open_store(plan: LaunchPlan, *, clock: Callable[[], float] = time.monotonic) -> JobStore:
+    """Node 0 hosts the store; the others connect to it, retrying until the join timeout."""
+    from torch.distributed import TCPStore
+
+    where = f"{plan.master_addr}:{plan.master_port or 'auto'}"
+    if plan.is_master:
+        try:
+            store = TCPStore(plan.master_addr, plan.master_port, is_master=True,
+                             timeout=timedelta(seconds=60), wait_for_workers=False)
+        except (RuntimeError, ValueError, OSError) as exc:
+            text = str(exc).lower()
+            if "address already in use" in text or "errno 98" in text or "eaddrinuse" in text:
+                raise StartupError(
+                    f"port {plan.master_port} on this host (node 0) is already in use, so the "
+                    "job's store cannot start there", code="port-in-use",
+                    subject="--master-port",
+                    hint=f"choose another --master-port, or find the process holding it with "
+                         f"'ss -ltnp sport = :{plan.master_port}'") from None
+            raise StartupError(f"cannot host the job's store at {where}: {_first_line(exc)}",
+                               code="store-failed", subject="--master-addr",
+                               hint="check that --master-addr is an address of this host") from None
+        _claim_run(store, plan)
+        return JobStore(store, store.port, True)
+
+    deadline = clock() + plan.join_timeout
+    _resolve(plan, deadline, clock)
+    started = clock()
+    last_note = started
+    while True:
+        try:
+            store = TCPStore(plan.master_addr, plan.master_port, is_master=False,
+                             timeout=timedelta(seconds=_ATTEMPT_S))
+            break
+        except (RuntimeError, ValueError, OSError, TimeoutError) as exc:
+            now = clock()
+            if now >= deadline:
+                raise StartupError(
+                    f"node 0's store at {where} did not answer within {plan.join_timeout} s "
+                    f"({_first_line(exc)})", code="master-unreachable", subject="--master-addr",
+                    hint="check that node 0 is running meshrun with the same --master-addr/"
+                         f"--master-port, and that port {plan.master_port} is open between the "
+                         "nodes (nc -zv ADDR PORT)") from None
+            if now - last_note >= 10:
+                say(f"waiting for node 0's store at {where} ... {int(now - started)} s")
+                last_note = now
+            time.sleep(0.5)
+    store.set_timeout(timedelta(seconds=60))
+    _check_run(store, plan, where)
+    return JobStore(store, plan.master_port, False)
+
+
+def _resolve(plan: LaunchPlan, deadline: float, clock: Callable[[], float]) -> None:
+    """Wait for the master's name to resolve (Kubernetes creates DNS records late)."""
+    noted = False
+    while True:
+        try:
+            socket.getaddrinfo(plan.master_addr, plan.master_port)
+            return
+        except socket.gaierror as exc:
+            if clock() >= deadline:
+                raise StartupError(
+                    f"the master address {plan.master_addr} does not resolve ({exc.strerror})",
+                    code="master-dns-failure", subject="--master-addr",
+                    hint="check the name (on Kubernetes: the headless Service and the pod's "
+                         "subdomain), or pass node 0's IP address") from None
+            if not noted:
+                say(f"waiting for {plan.master_addr} to resolve ({exc.strerror}) ...")
+                noted = True
+            time.sleep(1.0)
+
+
+def _claim_run(store: Any, plan: LaunchPlan) -> None:
+    store.set(PREFIX + "run_id", plan.run_id)
+    store.set(PREFIX + "nnodes", str(plan.nnodes))
+
+
+def _check_run(store: Any, plan: LaunchPlan, where: str) -> None:
+    try:
+        store.wait([PREFIX + "run_id"], timedelta(seconds=_ATTEMPT_S * 2))
+        theirs = store.get(PREFIX + "run_id").decode()
+    except Exception:  # noqa: BLE001 - anything but a meshrun store
+        raise StartupError(f"the process listening at {where} is not a meshrun job's store",
+                           code="store-foreign", subject="--master-port",
+                           hint="another program uses this port: choose another --master-port"
+                           ) from None
+    if theirs != plan.run_id:
+        raise StartupError(
+            f"the store at {where} belongs to run {theirs!r}, not to this run {plan.run_id!r}: "
+            "another job uses this master address and port", code="store-other-job",
+            subject="--run-id", hint="give each job its own --master-port, and the same "
+                                     "--run-id on all nodes of one job")
+
+
+def join(job: JobStore, plan: LaunchPlan, *, clock: Callable[[], float] = time.monotonic) -> None:
+    """Claim this node's rank and wait until every node has joined."""
+    store = job.store
+    me = f"{plan.hostname} pid {os.getpid()} {uuid.uuid4().hex[:8]}"
+    key = f"{PREFIX}node/{plan.node_rank}"
+    holder = store.compare_set(key, "", me).decode()
+    if holder != me:
+        raise StartupError(
+            f"node rank {plan.node_rank} is already taken by {holder.rsplit(' ', 1)[0]}: two nodes "
+            "were given the same rank", code="duplicate-node-rank", subject="--node-rank",
+            hint="give every node its own rank 0..N-1 (check NODE_RANK/RANK on each node)")
+    joined = store.add(PREFIX + "joined", 1)
+    where = f"{plan.master_addr}:{job.port}"
+    if plan.nnodes == 1:
+        return
+    deadline = clock() + plan.join_timeout
+    shown, last_note = -1, clock()
+    while True:
+        joined = store.add(PREFIX + "joined", 0)
+        if joined >= plan.nnodes:
+            if joined > plan.nnodes:
+                raise StartupError(
+                    f"{joined} nodes joined the store at {where} but the job has {plan.nnodes}",
+                    code="too-many-nodes", subject="--nnodes",
+                    hint="two jobs share this master address and port, or the node count is "
+                         "wrong on some node")
+            say(f"all {plan.nnodes} nodes joined")
+            return
+        now = clock()
+        if joined != shown or now - last_note >= 10:
+            say(f"waiting for nodes: {joined}/{plan.nnodes} joined (store {where})")
+            shown, last_note = joined, now
+        if now >= deadline:
+            missing = [r for r in range(plan.nnodes)
+                       if not store.check([f"{PREFIX}node/{r}"])]
+            raise StartupError(
+                f"only {joined} of {plan.nnodes} nodes joined the store at {where} within "
+                f"{plan.join_timeout} s; missing node ranks: {', '.join(map(str, missing))}",
+                code="join-timeout", subject="--join-timeout",
+                hint=f"start meshrun on the missing nodes with --master-addr {plan.master_addr} "
+                     f"--master-port {job.port}, and check they can reach it")
+        time.sleep(0.2)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:200] if text else type(exc).__name__
+
+
+def stderr_line(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
