@@ -1,0 +1,48 @@
+"""Shared helpers for the tests (imported as ``helpers``; tests/conftest.py puts this folder on sys.path)."""
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS = Path(__file__).resolve().parent / "integration" / "scripts"
+PLATFORM_PREFIXES = ("SLURM_", "OMPI_", "PMI_", "PMIX_", "PET_", "SKYPILOT_", "VC_", "VK_",
+                     "SM_", "AWS_BATCH_", "AZUREML_", "LSB_", "JSM_", "TORCHELASTIC_",
+                     "MESHRUN_")
+PLATFORM_NAMES = {"WORLD_SIZE", "RANK", "LOCAL_RANK", "NNODES", "NODE_RANK", "NPROC_PER_NODE",
+                  "MASTER_ADDR", "MASTER_PORT", "JOB_COMPLETION_INDEX", "CUDA_VISIBLE_DEVICES"}
+
+
+def clean_env(**extra: str) -> dict:
+    """os.environ without platform variables, plus ``extra``: a neutral machine."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(PLATFORM_PREFIXES) and k not in PLATFORM_NAMES}
+    env.update(extra)
+    return env
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def meshrun(*args: str, env: dict | None = None, cwd=None, timeout: float = 120,
+            check_rc: int | None = None) -> subprocess.CompletedProcess:
+    done = subprocess.run([sys.executable, "-m", "meshrun", *args], env=env or clean_env(),
+                          cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    if check_rc is not None:
+        assert done.returncode == check_rc, (done.returncode, done.stdout[-3000:],
+                                             done.stderr[-3000:])
+    return done
+
+
+def reports(text: str) -> list[dict]:
+    """The JSON objects printed by scripts/report.py, in rank order."""
+    found = [json.loads(m.group(1)) for m in re.finditer(r"REPORT (\{.*\})", text)]
+    return sorted(found, key=lambda r: r["rank"])
+
