@@ -270,6 +270,11 @@ def _nnodes(topo: Topology, nproc: int, source: dict[str, str]) -> tuple[int, st
             from_ws = Sourced(ws, "WORLD_SIZE")
         if nnodes is None or not nnodes.explicit:
             nnodes = from_ws
+        elif from_ws.value != nnodes.value:  # only a forced reading gets here
+            raise UsageError(
+                f"WORLD_SIZE={ws} read as {means} ({why}) means {from_ws.value} nodes, but "
+                f"{_say(nnodes)}", subject="WORLD_SIZE",
+                hint="fix WORLD_SIZE or the node count, or force the other reading of WORLD_SIZE")
     elif topo.world_size_means is not None:
         reading = f"{topo.world_size_means.source} given but WORLD_SIZE is not set"
     if nnodes is None:
@@ -290,10 +295,12 @@ def _node_rank(topo: Topology, nnodes: int, source: dict[str, str]) -> int:
         source["node_rank"] = "default: the only node"
         return 0
     if rank.value >= nnodes:
+        hint = f"give each node a rank in 0..{nnodes - 1}, or fix the node count"
+        if topo.nnodes is None and topo.world_size is None:
+            hint = "nothing set the node count: pass --nnodes or set MESHRUN_NNODES"
         raise UsageError(f"{_say(rank)} is not below the node count {nnodes} "
                          f"({source['nnodes']}); node ranks run 0..{nnodes - 1}",
-                         subject=rank.source,
-                         hint=f"give each node a rank in 0..{nnodes - 1}, or fix the node count")
+                         subject=rank.source, hint=hint)
     source["node_rank"] = rank.source
     return rank.value
 
@@ -314,9 +321,12 @@ def _master_addr(topo: Topology, nnodes: int, source: dict[str, str], facts: Hos
     addr = topo.master_addr
     if addr is None or (nnodes > 1 and addr.source.startswith("default")):
         if nnodes > 1:
-            raise UsageError(f"{nnodes} nodes but no master address", subject="--master-addr",
-                             hint="pass --master-addr (or MASTER_ADDR) with node 0's address, the "
-                                  "same on every node")
+            why = (f": {addr.value} is only the {addr.source}, which other nodes cannot reach"
+                   if addr is not None else "")
+            raise UsageError(f"{nnodes} nodes ({source['nnodes']}) but no master address{why}",
+                             subject="--master-addr",
+                             hint="pass --master-addr (or set MESHRUN_MASTER_ADDR or MASTER_ADDR) "
+                                  "with node 0's address, the same on every node")
         source["master_addr"] = "default: single node, loopback"
         return "127.0.0.1"
     value = str(addr.value)

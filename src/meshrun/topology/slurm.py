@@ -53,7 +53,8 @@ def detect(env: Mapping[str, str], host: HostInfo) -> Claims | None:
             and not env.get("SLURM_STEP_ID")):
         raise UsageError(
             f"this is the batch script of a {claims.nnodes.value}-node SLURM job "
-            f"({nodes_var[0] if found is None else found[0]}={claims.nnodes.value}), outside srun: "
+            f"({nodes_var[0] if found is None else found[0]}={claims.nnodes.value}), outside srun "
+            "(no SLURM_STEP_ID): "
             "only this node would start and the others would never join",
             subject="SLURM_STEP_ID", hint="start it on every node: srun --ntasks-per-node=1 meshrun run ...")
     return claims

@@ -1,0 +1,179 @@
+"""The command line, through real ``python -m meshrun`` processes with a controlled
+environment: a stand-in nvidia-smi (8 H100s) or none on PATH, no platform variable."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+import meshrun
+from unit_fakes import H100, neutral_env
+
+SEEDS_WORKER = {"WORLD_SIZE": "2", "RANK": "1", "MASTER_ADDR": "10.0.0.1",
+                "MASTER_PORT": "23456"}
+
+
+def meshrun_cli(*args: str, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "meshrun", *args], env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def assert_one_error_line(done: subprocess.CompletedProcess, *names: str) -> str:
+    assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)
+    assert done.stdout == ""
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    line = lines[0]
+    assert line.startswith("meshrun: error: ") and "; fix: " in line, line
+    for name in names:
+        assert name in line, (name, line)
+    return line
+
+
+def rows(text: str) -> dict[str, list[str]]:
+    """The ``key : value`` block as key -> values (env, warning and note repeat)."""
+    out: dict[str, list[str]] = {}
+    for line in text.splitlines()[1:]:
+        key, _, value = line.partition(" : ")
+        out.setdefault(key.strip(), []).append(value)
+    return out
+
+
+# --- plan ------------------------------------------------------------------------------------
+
+def test_plan_text_is_an_aligned_key_value_block(gpu_bin):
+    done = meshrun_cli("plan", "--", "train.py", "--lr", "1",
+                       env=neutral_env(gpu_bin, **SEEDS_WORKER))
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    lines = done.stdout.splitlines()
+    assert lines[0] == f"meshrun {meshrun.__version__}"
+    # Every row is "  <key padded> : <value>", the colons in one column.
+    assert all(re.match(r"^  \S.*? +: ", line) for line in lines[1:]), lines
+    assert len({line.index(" : ") for line in lines[1:]}) == 1
+    table = rows(done.stdout)
+    value = {key: values[0].split("  (")[0].strip() for key, values in table.items()}
+    assert value["platform"] == "world-size-rank"
+    assert value["nodes"] == "2"
+    assert value["node rank"] == "1"
+    assert value["master"] == "10.0.0.1:23456"
+    assert value["processes per node"] == "8"
+    assert value["devices"] == f"GPUs 0,1,2,3,4,5,6,7 ({H100})"
+    assert value["world size"] == "16"
+    assert value["global ranks"] == "8-15"
+    assert value["backend"] == "nccl"
+    assert value["command"] == "train.py --lr 1"
+    assert table["nodes"][0].endswith("(WORLD_SIZE)")
+    assert table["WORLD_SIZE"][0].startswith("WORLD_SIZE read as nodes")
+    assert "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7  (this node's own GPUs, one per local rank)" \
+        in table["env"]
+
+
+def test_plan_json_with_gpus(gpu_bin):
+    done = meshrun_cli("plan", "--json", env=neutral_env(gpu_bin, **SEEDS_WORKER))
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert {"nnodes", "node_rank", "nproc_per_node", "world_size", "master_addr", "master_port",
+            "global_ranks", "visible_devices", "backend", "source", "env"} <= set(data)
+    assert (data["nnodes"], data["node_rank"], data["nproc_per_node"], data["world_size"]) \
+        == (2, 1, 8, 16)
+    assert (data["master_addr"], data["master_port"]) == ("10.0.0.1", 23456)
+    assert data["global_ranks"] == list(range(8, 16))
+    assert all(type(rank) is int for rank in data["global_ranks"])
+    assert data["visible_devices"] == [str(i) for i in range(8)]
+    assert data["backend"] == "nccl"
+    assert data["source"]["nnodes"] == "WORLD_SIZE"
+    assert data["source"]["node_rank"] == "RANK"
+    assert data["env"]["CUDA_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7"
+    assert data["env"]["MESHRUN_NODE_RANK"] == "1"
+    assert data["command"] is None
+
+
+def test_plan_json_without_gpus(empty_bin):
+    done = meshrun_cli("plan", "--json", "-m", "pkg.train", "--epochs", "2",
+                       env=neutral_env(empty_bin))
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert (data["nnodes"], data["node_rank"], data["nproc_per_node"], data["world_size"]) \
+        == (1, 0, 1, 1)
+    assert (data["master_addr"], data["master_port"]) == ("127.0.0.1", 0)
+    assert data["global_ranks"] == [0]
+    assert data["visible_devices"] == []
+    assert (data["backend"], data["device"]) == ("gloo", "cpu")
+    assert "CUDA_VISIBLE_DEVICES" not in data["env"]
+    assert data["platform"] == "single-node"
+    assert data["command"] == ["-m", "pkg.train", "--epochs", "2"]
+
+
+def test_plan_flags_beat_meshrun_variables_and_cuda_visible_devices_is_honoured(gpu_bin):
+    env = neutral_env(gpu_bin, MESHRUN_NNODES="3", MESHRUN_NODE_RANK="2",
+                      CUDA_VISIBLE_DEVICES="2,3")
+    done = meshrun_cli("plan", "--json", "--nnodes", "2", "--node-rank=1", "--master-addr",
+                       "10.0.0.7", "--run-id", "exp-7", env=env)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert (data["nnodes"], data["node_rank"], data["nproc_per_node"]) == (2, 1, 2)
+    assert data["source"]["nnodes"] == "--nnodes"
+    assert data["source"]["node_rank"] == "--node-rank"
+    assert data["visible_devices"] == ["2", "3"]
+    assert data["env"]["CUDA_VISIBLE_DEVICES"] == "2,3"
+    assert data["global_ranks"] == [2, 3]
+    assert (data["run_id"], data["log_dir"]) == ("exp-7", "logs/exp-7")
+
+
+# --- errors: one line, exit 2, no traceback ----------------------------------------------------
+
+@pytest.mark.parametrize("args, extra, names", [
+    (["plan", "--master-port", "0"], {}, ["--master-port"]),
+    (["plan"], {"WORLD_SIZE": "2", "RANK": "5", "MASTER_ADDR": "h"}, ["RANK", "WORLD_SIZE"]),
+    (["plan"], {"CUDA_VISIBLE_DEVICES": "9"}, ["CUDA_VISIBLE_DEVICES"]),
+    (["plan", "--json", "--nproc-per-node", "9"], {}, ["--nproc-per-node"]),
+    (["plan"], {"SLURM_JOB_ID": "5", "SLURM_NNODES": "2"}, ["SLURM_NNODES", "srun"]),
+    (["plan", "--bogus"], {}, ["--bogus"]),
+    (["frobnicate"], {}, ["frobnicate"]),
+    (["run"], {}, ["meshrun run", "train.py"]),
+    (["run", "--", "train.py"], {"LOCAL_RANK": "0"}, ["LOCAL_RANK"]),
+    (["run", "-m"], {}, ["-m"]),
+], ids=["bad-port-flag", "rank-above-world-size", "missing-gpu", "too-many-processes",
+        "slurm-batch-outside-srun", "unknown-flag", "unknown-command", "run-without-command",
+        "run-inside-worker", "run-dash-m-without-module"])
+def test_bad_input_through_the_cli(gpu_bin, args, extra, names):
+    assert_one_error_line(meshrun_cli(*args, env=neutral_env(gpu_bin, **extra)), *names)
+
+
+# --- no torch for plan -----------------------------------------------------------------------
+
+NO_TORCH_PROBE = """
+import contextlib, io, json, sys
+import meshrun, meshrun.plan, meshrun.cli, meshrun.topology, meshrun.facts
+after_import = 'torch' in sys.modules
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    rc = meshrun.cli.main(["plan", "--json"])
+print(json.dumps({"after_import": after_import, "after_plan": 'torch' in sys.modules,
+                  "rc": rc, "nnodes": json.loads(out.getvalue())["nnodes"]}))
+"""
+
+
+def test_import_and_plan_do_not_import_torch(gpu_bin):
+    done = subprocess.run([sys.executable, "-c", NO_TORCH_PROBE], capture_output=True,
+                          text=True, timeout=60,
+                          env=neutral_env(gpu_bin, MESHRUN_NNODES="1"))
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert result == {"after_import": False, "after_plan": False, "rc": 0, "nnodes": 1}
+
+
+def test_plan_cli_process_does_not_import_torch(empty_bin):
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "meshrun", "plan"],
+                          capture_output=True, text=True, timeout=60, env=neutral_env(empty_bin))
+    assert done.returncode == 0, done.stderr
+    imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "meshrun.plan" in imported  # the probe sees meshrun's own imports ...
+    assert not {name for name in imported if name == "torch" or name.startswith("torch.")}
