@@ -28,7 +28,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 from . import __version__
 from .errors import UsageError
@@ -277,6 +277,14 @@ def _nnodes(topo: Topology, nproc: int, source: dict[str, str]) -> tuple[int, st
                 hint="fix WORLD_SIZE or the node count, or force the other reading of WORLD_SIZE")
     elif topo.world_size_means is not None:
         reading = f"{topo.world_size_means.source} given but WORLD_SIZE is not set"
+    if nnodes is None and "kubernetes-indexed-job" in topo.platforms:
+        # Index 0 alone would plan a single node and wait for nobody while pods 1.. fail:
+        # every pod must fail the same way, at once.
+        raise UsageError(
+            f"{_say(topo.node_rank)} (Kubernetes Indexed Job) but nothing set the node count: "
+            "an Indexed Job does not export spec.completions", subject="MESHRUN_NNODES",
+            hint="set MESHRUN_NNODES to spec.completions in the pod template (meshrun render "
+                 "k8s does), or pass --nnodes")
     if nnodes is None:
         source["nnodes"] = "default: nothing names a node count, so a single node"
         return 1, reading

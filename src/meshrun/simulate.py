@@ -32,7 +32,8 @@ PLATFORM_NAMES = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "NNODES", "NODE_RANK", "NP
                   "MASTER_ADDR", "MASTER_PORT", "JOB_COMPLETION_INDEX", "GROUP_RANK",
                   "LOCAL_WORLD_SIZE", "NODE_COUNT", "MPI_LOCALNRANKS", "PALS_LOCAL_SIZE")
 # MESHRUN_ variables that are not node flags and mean the same on every node.
-KEEP_MESHRUN = ("MESHRUN_MAX_RESTARTS", "MESHRUN_SYSFS_ROOT")
+KEEP_MESHRUN = ("MESHRUN_MAX_RESTARTS", "MESHRUN_SYSFS_ROOT", "MESHRUN_JOB_CONFIG",
+                "MESHRUN_PG_TIMEOUT", "MESHRUN_CHECKPOINT_DIR")
 
 
 def node_env(env: Mapping[str, str]) -> dict[str, str]:

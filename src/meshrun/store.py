@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import socket
-import sys
 import time
 import uuid
 from dataclasses import dataclass
@@ -183,7 +182,3 @@ def join(job: JobStore, plan: LaunchPlan, *, clock: Callable[[], float] = time.m
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0][:200] if text else type(exc).__name__
-
-
-def stderr_line(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)

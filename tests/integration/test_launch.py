@@ -3,7 +3,6 @@
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from helpers import SCRIPTS, clean_env, free_port, meshrun, reports

@@ -25,6 +25,8 @@ BAD = [
      CPU_HOST, ["--node-rank", "--nnodes"], "node ranks run 0..1"),
     ("indexed-job-without-node-count", {"JOB_COMPLETION_INDEX": "1"}, Flags(), CPU_HOST,
      ["JOB_COMPLETION_INDEX", "MESHRUN_NNODES", "--nnodes"], "nothing set the node count"),
+    ("indexed-job-index-0-without-node-count", {"JOB_COMPLETION_INDEX": "0"}, Flags(), CPU_HOST,
+     ["JOB_COMPLETION_INDEX", "MESHRUN_NNODES", "--nnodes"], "nothing set the node count"),
     # --- numbers: flags
     ("nnodes-flag-negative", {}, Flags(nnodes="-1"), CPU_HOST, ["--nnodes"], "out of range"),
     ("nnodes-flag-zero", {}, Flags(nnodes="0"), CPU_HOST, ["--nnodes"], "must be >= 1"),

@@ -197,7 +197,7 @@ PLATFORMS = [
       "SKYPILOT_TASK_ID": "sky-2024-05-01-12-00-00-000001_mycluster_1"},
      Flags(), GPU8_HOST,
      dict(nnodes=2, node_rank=1, master_addr="10.0.0.5", master_port=29500, nproc_per_node=8,
-          run_id="sky-sky-2024-05-01-12-00-00-000001_mycluster_1", platform="skypilot",
+          run_id="sky-2024-05-01-12-00-00-000001_mycluster_1", platform="skypilot",
           source={"master_addr": "first line of SKYPILOT_NODE_IPS",
                   "nproc_per_node": "SKYPILOT_NUM_GPUS_PER_NODE"})),
     ("openmpi-one-rank-per-node",
@@ -600,3 +600,12 @@ def test_omp_num_threads(env, expected):
     assert p.env_dict().get("OMP_NUM_THREADS") == expected
     single = plan(env, Flags(), CPU_HOST)
     assert "OMP_NUM_THREADS" not in single.env_dict()
+
+
+def test_platform_label_names_flags_when_no_convention_is_seen():
+    host = CPU_HOST.host_info()
+    assert detect({}, Flags(), host).platform == "single-node"
+    manual = detect({}, Flags(nnodes="2", node_rank="1", master_addr="10.0.0.1"), host)
+    assert manual.platform == "manual (flags / MESHRUN_*)"
+    by_env = detect({"MESHRUN_NNODES": "2", "MESHRUN_NODE_RANK": "0"}, Flags(), host)
+    assert by_env.platform == "manual (flags / MESHRUN_*)"

@@ -110,7 +110,13 @@ def detect(env: Mapping[str, str], flags: Flags = Flags(), host: HostInfo = Host
 
     labels = tuple(dict.fromkeys(c.platform for c in detected if c.platform))
     notes = tuple(note for c in detected for note in c.notes)
-    return Topology(platform=labels[0] if labels else "single-node", platforms=labels,
+    if not labels:
+        # No platform convention: the node values (if any) came from flags / MESHRUN_*.
+        manual = any(name in chosen for name in ("nnodes", "node_rank", "master_addr"))
+        labels_0 = "manual (flags / MESHRUN_*)" if manual else "single-node"
+    else:
+        labels_0 = labels[0]
+    return Topology(platform=labels_0, platforms=labels,
                     notes=notes, **chosen)
 
 

@@ -22,5 +22,7 @@ def detect(env: Mapping[str, str], host: HostInfo) -> Claims | None:
         claims.nproc_per_node = Sourced(gpus.value, "SKYPILOT_NUM_GPUS_PER_NODE", False)
     task = env.get("SKYPILOT_TASK_ID", "").strip()
     if task:
-        claims.run_id = Sourced("sky-" + task, "SKYPILOT_TASK_ID", False)
+        # Task ids already look like "sky-2024-05-01-...": prefix only those that do not.
+        run_id = task if task.startswith("sky-") else "sky-" + task
+        claims.run_id = Sourced(run_id, "SKYPILOT_TASK_ID", False)
     return claims
