@@ -48,6 +48,13 @@ def _node_flags(parser: argparse.ArgumentParser) -> None:
         group.add_argument(flag, dest=flag[2:].replace("-", "_"), metavar="VALUE", help=text)
 
 
+def _preflight_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--no-preflight", action="store_true",
+                        help="skip the cross-node check of code, versions, packages and devices")
+    parser.add_argument("--require-path", metavar="PATH", action="append", default=[],
+                        help="preflight: PATH must exist on every node (repeatable)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="meshrun", description="One unchanged command on every node: detect "
                      "the platform, plan the processes, launch PyTorch's elastic agent.")
@@ -62,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     _node_flags(r)
     r.add_argument("--max-restarts", metavar="N", default=None,
                    help="restart the workers after a failure up to N times (default 0)")
+    _preflight_flags(r)
 
     s = sub.add_parser("simulate", help="run N node agents on this machine over loopback")
     s.add_argument("--nodes", metavar="N", required=True, help="simulated nodes")
@@ -69,11 +77,12 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument(flag, dest=flag[2:].replace("-", "_"), metavar="VALUE",
                        help=NODE_FLAGS[flag])
     s.add_argument("--max-restarts", metavar="N", default=None, help="as for run")
+    _preflight_flags(s)
     return parser
 
 
 # Options that take a value: the command starts at the first word that is not one of them.
-_VALUE_OPTIONS = {*NODE_FLAGS, "--nodes", "--max-restarts"}
+_VALUE_OPTIONS = {*NODE_FLAGS, "--nodes", "--max-restarts", "--require-path"}
 
 
 def split_command(argv: Sequence[str]) -> tuple[list[str], list[str] | None, bool]:
@@ -144,7 +153,8 @@ def _dispatch(args: argparse.Namespace, command: list[str] | None, is_module: bo
     if args.verb == "run":
         from .launch import run
 
-        return run(make_plan_here(args, cmd), max_restarts=_restarts(args))
+        return run(make_plan_here(args, cmd), max_restarts=_restarts(args),
+                   preflight=not args.no_preflight, require_paths=tuple(args.require_path))
     if args.verb == "simulate":
         from .simulate import simulate
 

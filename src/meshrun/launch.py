@@ -29,7 +29,7 @@ import sys
 import time
 from typing import Any
 
-from .errors import EXIT_STARTUP, MeshrunError
+from .errors import EXIT_STARTUP, MeshrunError, StartupError
 from .logs import RANK_PREFIX, LogRouter, worker_logs_spec
 from .plan import LaunchPlan, describe
 from .store import JobStore, join, open_store, say
@@ -37,7 +37,8 @@ from .store import JobStore, join, open_store, say
 RDZV_BACKEND = "meshrun-c10d"
 
 
-def run(plan: LaunchPlan, *, max_restarts: int = 0) -> int:
+def run(plan: LaunchPlan, *, max_restarts: int = 0, preflight: bool = True,
+        require_paths: tuple[str, ...] = ()) -> int:
     """Launch this node's workers; return the exit code for the meshrun process."""
     assert plan.command is not None
     router = LogRouter(plan.log_dir, plan.node_rank, plan.global_ranks)
@@ -47,7 +48,7 @@ def run(plan: LaunchPlan, *, max_restarts: int = 0) -> int:
         for moved in router.moved:
             say(f"kept an earlier run's log as {moved}")
         try:
-            return _launch(plan, max_restarts)
+            return _launch(plan, max_restarts, preflight, require_paths)
         except MeshrunError as err:
             print(err.line(), file=sys.stderr, flush=True)
             return err.exit_code
@@ -55,10 +56,15 @@ def run(plan: LaunchPlan, *, max_restarts: int = 0) -> int:
         router.close()
 
 
-def _launch(plan: LaunchPlan, max_restarts: int) -> int:
+def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
+            require_paths: tuple[str, ...]) -> int:
     started = time.monotonic()
     job = open_store(plan)
     join(job, plan)
+    if preflight:
+        _preflight(job, plan, require_paths)
+    elif plan.nnodes > 1:
+        say("preflight skipped (--no-preflight)")
     os.environ.update(plan.env_dict())
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, launch_agent
@@ -88,6 +94,28 @@ def _launch(plan: LaunchPlan, max_restarts: int) -> int:
     say(f"all {plan.nproc_per_node} worker(s) of node {plan.node_rank} finished successfully; "
         f"logs in {plan.log_dir}")
     return 0
+
+
+def _preflight(job: JobStore, plan: LaunchPlan, require_paths: tuple[str, ...]) -> None:
+    """Compare this node with the others before any worker starts (see meshrun.preflight)."""
+    from . import preflight
+
+    started = time.monotonic()
+    if plan.nnodes == 1:
+        missing = [p for p in require_paths if not os.path.exists(p)]
+        if missing:
+            raise StartupError(f"required path {missing[0]} does not exist on this node",
+                               code="preflight-mismatch", subject="--require-path",
+                               hint="create it, or fix --require-path")
+        return
+    mine = preflight.fingerprint(plan, require_paths=require_paths)
+    verdict = preflight.exchange(job.store, plan, mine,
+                                 timeout_s=min(plan.join_timeout, 120))
+    for warning in verdict.warnings:
+        say(f"warning: {warning}")
+    preflight.check(verdict)
+    say(f"preflight: {plan.nnodes} nodes agree on code, versions, packages and devices "
+        f"({time.monotonic() - started:.2f} s)")
 
 
 def _report_failure(plan: LaunchPlan, failed: Any) -> int:

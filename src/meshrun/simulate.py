@@ -58,6 +58,10 @@ def node_argv(args: argparse.Namespace, cmd: Command, nodes: int, rank: int, por
         value = getattr(args, name, None)
         if value is not None:
             argv += ["--" + name.replace("_", "-"), str(value)]
+    if getattr(args, "no_preflight", False):
+        argv.append("--no-preflight")
+    for path in getattr(args, "require_path", None) or ():
+        argv += ["--require-path", path]
     if cmd.module:
         return argv + ["-m", cmd.target, *cmd.args]
     return argv + ["--", cmd.target, *cmd.args]

@@ -1,0 +1,311 @@
+"""Cross-node preflight: every node publishes a fingerprint; node 0 compares; a mismatch stops all.
+
+The first step of every multi-node ``meshrun run`` (``--no-preflight`` skips it),
+after the join and before any worker starts. Through the job's TCPStore:
+
+1. each node publishes ``meshrun/preflight/fp/<rank>``: its :func:`fingerprint`;
+2. node 0, once it has them all, publishes its clock (``meshrun/preflight/t0``);
+   each node, already waiting for it, answers with its offset
+   (``meshrun/preflight/offset/<rank>``): that measures clock skew to within the
+   store's round trip (milliseconds);
+3. node 0 runs :func:`compare` and publishes the verdict; every node prints it
+   and, on a mismatch, stops with exit code 3 before any worker starts.
+
+What must match on every node (anything else is identity, shown but not
+compared): ``meshrun``, ``python``, ``torch``, ``cuda``, ``nccl`` versions, the
+installed packages (a hash of every ``name==version``; the differing names are
+listed), ``code`` (the git commit plus a hash of uncommitted changes of the
+script's repository; outside git, a hash of the script), GPU model and count,
+the active InfiniBand devices, and every ``--require-path`` (must exist
+everywhere). A clock more than 1 s off node 0's is a warning.
+
+:func:`fingerprint` gathers (effects: git, files, package metadata);
+:func:`compare` and :func:`mismatch_table` are pure.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import socket
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from . import __version__
+from .errors import StartupError
+from .plan import LaunchPlan
+
+KEY = "meshrun/preflight/"
+SKEW_WARN_S = 1.0
+# Compared field -> label in the table. Order is the table's order.
+MUST_MATCH = {
+    "code": "code",
+    "meshrun": "meshrun version",
+    "python": "Python version",
+    "torch": "torch version",
+    "cuda": "CUDA version",
+    "nccl": "NCCL version",
+    "packages": "installed packages",
+    "gpu_model": "GPU model",
+    "gpu_count": "GPU count",
+    "ib": "active InfiniBand devices",
+}
+
+
+# --- the fingerprint (effects) -------------------------------------------------------------
+
+def fingerprint(plan: LaunchPlan, *, require_paths: Sequence[str] = (),
+                ib_devices: Sequence[str] = (), interface: str | None = None) -> dict:
+    """This node's facts that must agree with the other nodes'."""
+    import torch  # already imported by the launcher; cheap here
+
+    nccl = ""
+    try:
+        if torch.cuda.is_available():
+            version = torch.cuda.nccl.version()
+            nccl = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+    except Exception:  # noqa: BLE001 - a CPU build or a broken driver: nothing to compare
+        nccl = ""
+    packages = package_list()
+    target = plan.command.target if plan.command else ""
+    return {
+        "node_rank": plan.node_rank,
+        "hostname": plan.hostname or socket.gethostname(),
+        "addresses": _addresses(),
+        "meshrun": __version__,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda or "none",
+        "nccl": nccl or "none",
+        "packages": hashlib.sha256("\n".join(packages).encode()).hexdigest()[:16],
+        "package_list": packages,
+        "code": code_identity(target, module=bool(plan.command and plan.command.module)),
+        "gpu_model": plan.gpu_names[0] if plan.gpu_names else "none",
+        "gpu_count": len(plan.visible_devices),
+        "ib": ",".join(sorted(ib_devices)) or "none",
+        "interface": interface or "",
+        "paths": {path: os.path.exists(path) for path in require_paths},
+        "clock": time.time(),
+    }
+
+
+def package_list() -> list[str]:
+    """Sorted ``name==version`` of every installed distribution."""
+    from importlib import metadata
+
+    seen = set()
+    for dist in metadata.distributions():
+        name = (dist.metadata["Name"] or "").strip().lower().replace("_", "-")
+        if name:
+            seen.add(f"{name}=={dist.version}")
+    return sorted(seen)
+
+
+def code_identity(target: str, *, module: bool = False) -> str:
+    """``git <commit>[+<hash of uncommitted changes>]`` for the script's repository, else
+    ``file <sha256>`` of the script (``none`` when there is no script file)."""
+    path = _script_path(target, module)
+    if path is None:
+        return "none"
+    folder = os.path.dirname(os.path.abspath(path))
+    git = ["git", "-c", "safe.directory=*", "-C", folder]
+    try:
+        commit = subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=10)
+        if commit.returncode == 0:
+            diff = subprocess.run(git + ["diff", "HEAD", "--binary"], capture_output=True,
+                                  timeout=30).stdout
+            status = subprocess.run(git + ["status", "--porcelain", "--untracked-files=all",
+                                           "-z"], capture_output=True, timeout=30).stdout
+            top = subprocess.run(git + ["rev-parse", "--show-toplevel"], capture_output=True,
+                                 text=True, timeout=10).stdout.strip()
+            digest = hashlib.sha256(diff)
+            for entry in status.split(b"\0"):
+                if entry.startswith(b"?? "):  # untracked: its name and content count too
+                    name = entry[3:].decode(errors="replace")
+                    digest.update(name.encode())
+                    digest.update(_file_digest(os.path.join(top, name)).encode())
+            dirty = bool(diff.strip()) or b"?? " in status
+            head = commit.stdout.strip()[:12]
+            return f"git {head}" + (f" + changes {digest.hexdigest()[:12]}" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        pass  # no git here: the script's content is the identity
+    return f"file {_file_digest(path)}"
+
+
+def _script_path(target: str, module: bool) -> str | None:
+    if not target:
+        return None
+    if module:
+        import importlib.util
+
+        try:
+            spec = importlib.util.find_spec(target)
+        except (ImportError, ValueError):
+            return None
+        return spec.origin if spec and spec.origin and os.path.isfile(spec.origin) else None
+    return target if os.path.isfile(target) else None
+
+
+def _file_digest(path: str) -> str:
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    except OSError:
+        return "unreadable"
+    return digest.hexdigest()[:12]
+
+
+def _addresses() -> list[str]:
+    try:
+        infos = socket.getaddrinfo(socket.gethostname(), None, proto=socket.IPPROTO_TCP)
+    except OSError:
+        return []
+    return sorted({info[4][0] for info in infos})
+
+
+# --- the comparison (pure) -----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Difference:
+    node_rank: int
+    field: str
+    theirs: str
+    ours: str  # node 0's
+
+
+@dataclass(frozen=True)
+class Verdict:
+    differences: tuple[Difference, ...] = ()
+    warnings: tuple[str, ...] = ()
+    hosts: Mapping[int, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.differences
+
+    def to_json(self) -> dict:
+        return {"ok": self.ok, "warnings": list(self.warnings),
+                "hosts": {str(k): v for k, v in self.hosts.items()},
+                "differences": [d.__dict__ for d in self.differences]}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Verdict":
+        return cls(tuple(Difference(**d) for d in data["differences"]),
+                   tuple(data["warnings"]), {int(k): v for k, v in data["hosts"].items()})
+
+
+def compare(prints: Mapping[int, Mapping[str, Any]],
+            offsets: Mapping[int, float] | None = None) -> Verdict:
+    """Node 0's fingerprint against every other's; ``offsets``: each node's clock minus node 0's."""
+    base = prints[0]
+    diffs: list[Difference] = []
+    for rank in sorted(prints):
+        theirs = prints[rank]
+        if rank != 0:
+            for name in MUST_MATCH:
+                a, b = str(theirs.get(name, "")), str(base.get(name, ""))
+                if a != b:
+                    if name == "packages":
+                        a, b = _package_difference(theirs.get("package_list", []),
+                                                   base.get("package_list", []))
+                    diffs.append(Difference(rank, name, a, b))
+        for path, exists in sorted(dict(theirs.get("paths", {})).items()):
+            if not exists:
+                diffs.append(Difference(rank, f"path {path}", "missing",
+                                        "exists" if base.get("paths", {}).get(path) else
+                                        "missing"))
+    warnings = [f"node {rank}'s clock is {offset:+.1f} s off node 0's (more than "
+                f"{SKEW_WARN_S:.0f} s): timestamps in logs will not line up; run NTP/chrony"
+                for rank, offset in sorted((offsets or {}).items())
+                if abs(offset) > SKEW_WARN_S]
+    hosts = {rank: str(fp.get("hostname", "?")) for rank, fp in prints.items()}
+    return Verdict(tuple(diffs), tuple(warnings), hosts)
+
+
+def _package_difference(theirs: Sequence[str], ours: Sequence[str]) -> tuple[str, str]:
+    a, b = set(theirs), set(ours)
+    only_theirs, only_ours = sorted(a - b), sorted(b - a)
+
+    def show(items: list[str]) -> str:
+        more = f" (+{len(items) - 3} more)" if len(items) > 3 else ""
+        return (", ".join(items[:3]) + more) if items else "-"
+    return show(only_theirs), show(only_ours)
+
+
+def mismatch_table(verdict: Verdict) -> str:
+    """The differences as an aligned table: field, node 0's value, the differing node's value."""
+    rows = [("node", "field", "this node", "node 0")]
+    for d in verdict.differences:
+        host = verdict.hosts.get(d.node_rank, "?")
+        rows.append((f"{d.node_rank} ({host})", MUST_MATCH.get(d.field, d.field), d.theirs,
+                     d.ours))
+    widths = [min(48, max(len(row[i]) for row in rows)) for i in range(4)]
+    lines = ["  " + "  ".join(cell[:48].ljust(w) for cell, w in zip(row, widths)).rstrip()
+             for row in rows]
+    return "\n".join(lines)
+
+
+def summary(verdict: Verdict) -> str:
+    nodes = sorted({d.node_rank for d in verdict.differences})
+    fields = sorted({MUST_MATCH.get(d.field, d.field) for d in verdict.differences})
+    who = ", ".join(f"node {r} ({verdict.hosts.get(r, '?')})" for r in nodes)
+    return f"{who} differ{'s' if len(nodes) == 1 else ''} from node 0 in: {', '.join(fields)}"
+
+
+# --- the exchange (effects: the store) -----------------------------------------------------
+
+def exchange(store: Any, plan: LaunchPlan, mine: Mapping[str, Any], *,
+             timeout_s: float) -> Verdict:
+    """Publish ``mine``; node 0 compares everyone's; return the verdict every node sees."""
+    wait = timedelta(seconds=timeout_s)
+    store.set(f"{KEY}fp/{plan.node_rank}", json.dumps(mine))
+    if plan.node_rank == 0:
+        keys = [f"{KEY}fp/{r}" for r in range(plan.nnodes)]
+        store.wait(keys, wait)
+        prints = {r: json.loads(store.get(k)) for r, k in enumerate(keys)}
+        store.set(f"{KEY}t0", repr(time.time()))
+        offsets_keys = [f"{KEY}offset/{r}" for r in range(1, plan.nnodes)]
+        store.wait(offsets_keys, wait)
+        offsets = {r: float(store.get(f"{KEY}offset/{r}")) for r in range(1, plan.nnodes)}
+        verdict = compare(prints, offsets)
+        store.set(f"{KEY}verdict", json.dumps(verdict.to_json()))
+        # Node 0 hosts the store: on a mismatch it must not exit (closing the store) before
+        # every node has read the verdict.
+        deadline = time.monotonic() + min(timeout_s, 30)
+        while store.add(f"{KEY}seen", 0) < plan.nnodes - 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return verdict
+    store.wait([f"{KEY}t0"], wait)
+    t0 = float(store.get(f"{KEY}t0"))
+    store.set(f"{KEY}offset/{plan.node_rank}", repr(time.time() - t0))
+    store.wait([f"{KEY}verdict"], wait)
+    verdict = Verdict.from_json(json.loads(store.get(f"{KEY}verdict")))
+    store.add(f"{KEY}seen", 1)
+    return verdict
+
+
+def check(verdict: Verdict) -> None:
+    """Raise the one-line StartupError (exit 3) for a mismatch; the table is printed first."""
+    if verdict.ok:
+        return
+    print("meshrun: preflight found differences between nodes; no worker was started:\n"
+          + mismatch_table(verdict), flush=True)
+    fields = {d.field for d in verdict.differences}
+    hint = ("run the same code on every node (commit and sync, or use one image)"
+            if "code" in fields else
+            "install the same versions on every node (one image or one environment file)"
+            if fields & {"meshrun", "python", "torch", "cuda", "nccl", "packages"} else
+            "create the missing paths or fix --require-path" if any(
+                f.startswith("path ") for f in fields) else
+            "use nodes of one kind, or --no-preflight if this is intended")
+    raise StartupError(f"preflight: {summary(verdict)}", code="preflight-mismatch",
+                       subject="preflight", hint=hint + "; --no-preflight skips this check")

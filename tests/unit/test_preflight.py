@@ -1,0 +1,86 @@
+"""preflight.compare: what must match across nodes, and how a mismatch is shown."""
+
+import subprocess
+
+from meshrun import preflight
+from meshrun.preflight import compare, mismatch_table, summary
+
+
+def fp(**over):
+    base = {"hostname": "a", "meshrun": "0.1.0", "python": "3.11.7", "torch": "2.13.0",
+            "cuda": "12.4", "nccl": "2.21.5", "packages": "h1", "package_list": ["numpy==2.0"],
+            "code": "git abc", "gpu_model": "H100", "gpu_count": 8, "ib": "mlx5_0",
+            "interface": "ib0", "paths": {}, "clock": 0.0}
+    base.update(over)
+    return base
+
+
+def test_identical_nodes_agree_even_with_different_hosts_and_interfaces():
+    verdict = compare({0: fp(), 1: fp(hostname="b", interface="eth7")}, {1: 0.2})
+    assert verdict.ok and verdict.warnings == ()
+
+
+def test_code_difference_names_the_node_and_the_field():
+    verdict = compare({0: fp(), 1: fp(hostname="b"), 2: fp(hostname="c", code="git abc + changes 9f")})
+    assert not verdict.ok
+    assert [(d.node_rank, d.field) for d in verdict.differences] == [(2, "code")]
+    assert summary(verdict) == "node 2 (c) differs from node 0 in: code"
+    table = mismatch_table(verdict)
+    assert "2 (c)" in table and "git abc + changes 9f" in table and "git abc" in table
+
+
+def test_package_difference_lists_the_packages():
+    verdict = compare({0: fp(), 1: fp(packages="h2", package_list=["numpy==1.26"])})
+    (diff,) = verdict.differences
+    assert (diff.field, diff.theirs, diff.ours) == ("packages", "numpy==1.26", "numpy==2.0")
+
+
+def test_versions_and_gpus_must_match():
+    verdict = compare({0: fp(), 1: fp(torch="2.11.0", gpu_count=4, gpu_model="A100")})
+    assert {d.field for d in verdict.differences} == {"torch", "gpu_count", "gpu_model"}
+
+
+def test_required_path_missing_on_a_node():
+    verdict = compare({0: fp(paths={"/data": True}), 1: fp(paths={"/data": False})})
+    (diff,) = verdict.differences
+    assert (diff.node_rank, diff.field, diff.theirs, diff.ours) == (1, "path /data", "missing",
+                                                                    "exists")
+
+
+def test_clock_skew_over_one_second_is_a_warning_not_an_error():
+    verdict = compare({0: fp(), 1: fp(), 2: fp()}, {1: 0.9, 2: -1.7})
+    assert verdict.ok
+    assert len(verdict.warnings) == 1 and "node 2" in verdict.warnings[0]
+    assert "-1.7 s" in verdict.warnings[0]
+
+
+def test_verdict_round_trips_through_json():
+    verdict = compare({0: fp(), 1: fp(code="file 1")}, {1: 3.0})
+    again = preflight.Verdict.from_json(verdict.to_json())
+    assert again == verdict
+
+
+def test_code_identity_sees_uncommitted_changes(tmp_path):
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(tmp_path)]
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / "train.py").write_text("print(1)\n")
+    (tmp_path / "util.py").write_text("X = 1\n")
+    subprocess.run(git + ["add", "."], check=True)
+    subprocess.run(git + ["commit", "-qm", "c"], check=True)
+    clean = preflight.code_identity(str(tmp_path / "train.py"))
+    assert clean.startswith("git ") and "changes" not in clean
+    (tmp_path / "util.py").write_text("X = 2\n")
+    changed = preflight.code_identity(str(tmp_path / "train.py"))
+    assert changed.startswith(clean + " + changes ")
+    (tmp_path / "util.py").write_text("X = 1\n")
+    (tmp_path / "new.py").write_text("Y = 1\n")  # an untracked file counts too
+    assert preflight.code_identity(str(tmp_path / "train.py")) not in (clean, changed)
+
+
+def test_code_identity_outside_git_hashes_the_script(tmp_path):
+    script = tmp_path / "t.py"
+    script.write_text("a = 1\n")
+    first = preflight.code_identity(str(script))
+    script.write_text("a = 2\n")
+    assert first.startswith("file ") and preflight.code_identity(str(script)) != first
+    assert preflight.code_identity(str(tmp_path / "missing.py")) == "none"
