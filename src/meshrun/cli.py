@@ -55,6 +55,13 @@ def _preflight_flags(parser: argparse.ArgumentParser) -> None:
                         help="preflight: PATH must exist on every node (repeatable)")
 
 
+def _bench_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--sizes", metavar="MIN:MAX", default="1K:1G",
+                        help="bench: message sizes, doubling from MIN to MAX (default 1K:1G)")
+    parser.add_argument("--iters", metavar="N", default="20",
+                        help="bench: timed iterations per size (default 20)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="meshrun", description="One unchanged command on every node: detect "
                      "the platform, plan the processes, launch PyTorch's elastic agent.")
@@ -71,6 +78,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="restart the workers after a failure up to N times (default 0)")
     _preflight_flags(r)
 
+    b = sub.add_parser("bench", help="all-reduce / all-gather bandwidth across the job's nodes")
+    _node_flags(b)
+    _bench_flags(b)
+    b.add_argument("--json", action="store_true", help="print the results as JSON")
+    _preflight_flags(b)
+
     s = sub.add_parser("simulate", help="run N node agents on this machine over loopback")
     s.add_argument("--nodes", metavar="N", required=True, help="simulated nodes")
     for flag in ("--nproc-per-node", "--master-port", "--run-id", "--log-dir", "--join-timeout"):
@@ -78,11 +91,16 @@ def build_parser() -> argparse.ArgumentParser:
                        help=NODE_FLAGS[flag])
     s.add_argument("--max-restarts", metavar="N", default=None, help="as for run")
     _preflight_flags(s)
+    s.add_argument("--bench", action="store_true",
+                   help="run the collective benchmark (as `meshrun bench`) instead of a script")
+    s.add_argument("--json", action="store_true", help="with --bench: print results as JSON")
+    _bench_flags(s)
     return parser
 
 
 # Options that take a value: the command starts at the first word that is not one of them.
-_VALUE_OPTIONS = {*NODE_FLAGS, "--nodes", "--max-restarts", "--require-path"}
+_VALUE_OPTIONS = {*NODE_FLAGS, "--nodes", "--max-restarts", "--require-path", "--sizes",
+                  "--iters"}
 
 
 def split_command(argv: Sequence[str]) -> tuple[list[str], list[str] | None, bool]:
@@ -146,6 +164,8 @@ def _dispatch(args: argparse.Namespace, command: list[str] | None, is_module: bo
         cmd = Command(target=command[0], args=tuple(command[1:]), module=is_module)
     if args.verb == "plan":
         return _plan(args, cmd)
+    if args.verb == "bench" or (args.verb == "simulate" and args.bench):
+        return _bench(args, cmd)
     if cmd is None:
         raise UsageError(f"'meshrun {args.verb}' needs the training command",
                          hint=f"meshrun {args.verb} [flags] -- train.py [ARGS...] "
@@ -160,6 +180,63 @@ def _dispatch(args: argparse.Namespace, command: list[str] | None, is_module: bo
 
         return simulate(args, cmd, max_restarts=_restarts(args))
     raise UsageError(f"unknown command {args.verb!r}", hint="see 'meshrun --help'")
+
+
+def _bench(args: argparse.Namespace, cmd) -> int:
+    """``meshrun bench`` / ``simulate --bench``: run meshrun.collbench as the workers' command."""
+    from .collbench import sizes_between
+    from .plan import Command
+    from .topology.base import parse_int
+
+    if cmd is not None:
+        raise UsageError(f"'meshrun {args.verb}' with --bench runs its own workers, not "
+                         f"{cmd.display()}", subject="--bench",
+                         hint="drop the script, or drop --bench")
+    try:
+        sizes_between(args.sizes)
+    except ValueError as exc:
+        raise UsageError(str(exc), subject="--sizes", hint="e.g. --sizes 1K:1G") from None
+    iters = parse_int(args.iters, "--iters", minimum=1)
+    bench_cmd = Command("meshrun.collbench", ("--sizes", args.sizes, "--iters", str(iters)),
+                        module=True)
+    real_stdout = sys.stdout
+    if args.json:  # everything but the JSON goes to stderr
+        sys.stdout = sys.stderr
+    try:
+        if args.verb == "simulate":
+            from .simulate import simulate
+
+            run_id = args.run_id or f"bench-{os.getpid()}"
+            args.run_id = run_id
+            log_dir = os.path.join(args.log_dir or "logs", run_id)
+            code = simulate(args, bench_cmd, max_restarts=0)
+        else:
+            from .launch import run
+
+            plan = make_plan_here(args, bench_cmd)
+            if plan.device == "cuda":
+                _nccl_debug_to_file(plan.log_dir)
+            log_dir = plan.log_dir
+            code = run(plan, preflight=not args.no_preflight,
+                       require_paths=tuple(args.require_path))
+    finally:
+        sys.stdout = real_stdout
+    if code == 0 and args.json:
+        try:
+            with open(os.path.join(log_dir, "bench.json")) as handle:
+                print(handle.read())
+        except OSError:
+            pass  # not node 0: node 0 prints and keeps the results
+    return code
+
+
+def _nccl_debug_to_file(log_dir: str) -> None:
+    """NCCL's INFO log to files, so collbench can tell which transport carried the traffic."""
+    if "NCCL_DEBUG" not in os.environ:
+        os.environ["NCCL_DEBUG"] = "INFO"
+        os.environ.setdefault("NCCL_DEBUG_SUBSYS", "INIT,NET")
+        os.environ.setdefault("NCCL_DEBUG_FILE", os.path.join(
+            os.path.abspath(log_dir), "nccl.%h.%p.log"))
 
 
 def _restarts(args: argparse.Namespace) -> int:
