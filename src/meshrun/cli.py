@@ -55,6 +55,18 @@ def _preflight_flags(parser: argparse.ArgumentParser) -> None:
                         help="preflight: PATH must exist on every node (repeatable)")
 
 
+def _job_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("job config (docs/config.md)")
+    group.add_argument("--recipe", metavar="NAME",
+                       help="run a built-in recipe (mlp-tp, autoencoder) instead of a script")
+    group.add_argument("--config", metavar="FILE", help="the job's TOML config")
+    group.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
+                       help="override one config value, e.g. --set train.steps=20 (repeatable)")
+    group.add_argument("--checkpoint-dir", metavar="DIR",
+                       help="where checkpoints go (default checkpoints/<run-id>); same as "
+                            "--set checkpoint.dir=DIR")
+
+
 def _bench_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sizes", metavar="MIN:MAX", default="1K:1G",
                         help="bench: message sizes, doubling from MIN to MAX (default 1K:1G)")
@@ -71,12 +83,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plan", help="print what run would do here, and why (no side effects)")
     _node_flags(p)
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    _job_flags(p)
 
     r = sub.add_parser("run", help="launch the workers of this node")
     _node_flags(r)
     r.add_argument("--max-restarts", metavar="N", default=None,
                    help="restart the workers after a failure up to N times (default 0)")
     _preflight_flags(r)
+    _job_flags(r)
 
     b = sub.add_parser("bench", help="all-reduce / all-gather bandwidth across the job's nodes")
     _node_flags(b)
@@ -91,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help=NODE_FLAGS[flag])
     s.add_argument("--max-restarts", metavar="N", default=None, help="as for run")
     _preflight_flags(s)
+    _job_flags(s)
     s.add_argument("--bench", action="store_true",
                    help="run the collective benchmark (as `meshrun bench`) instead of a script")
     s.add_argument("--json", action="store_true", help="with --bench: print results as JSON")
@@ -100,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 # Options that take a value: the command starts at the first word that is not one of them.
 _VALUE_OPTIONS = {*NODE_FLAGS, "--nodes", "--max-restarts", "--require-path", "--sizes",
-                  "--iters"}
+                  "--iters", "--recipe", "--config", "--set", "--checkpoint-dir"}
 
 
 def split_command(argv: Sequence[str]) -> tuple[list[str], list[str] | None, bool]:
@@ -162,10 +177,11 @@ def _dispatch(args: argparse.Namespace, command: list[str] | None, is_module: bo
     cmd = None
     if command:
         cmd = Command(target=command[0], args=tuple(command[1:]), module=is_module)
-    if args.verb == "plan":
-        return _plan(args, cmd)
     if args.verb == "bench" or (args.verb == "simulate" and args.bench):
         return _bench(args, cmd)
+    job, cmd = job_input(args, cmd)
+    if args.verb == "plan":
+        return _plan(args, cmd, job)
     if cmd is None:
         raise UsageError(f"'meshrun {args.verb}' needs the training command",
                          hint=f"meshrun {args.verb} [flags] -- train.py [ARGS...] "
@@ -173,12 +189,12 @@ def _dispatch(args: argparse.Namespace, command: list[str] | None, is_module: bo
     if args.verb == "run":
         from .launch import run
 
-        return run(make_plan_here(args, cmd), max_restarts=_restarts(args),
+        return run(make_plan_here(args, cmd, job), max_restarts=_restarts(args),
                    preflight=not args.no_preflight, require_paths=tuple(args.require_path))
     if args.verb == "simulate":
         from .simulate import simulate
 
-        return simulate(args, cmd, max_restarts=_restarts(args))
+        return simulate(args, cmd, max_restarts=_restarts(args), job=job)
     raise UsageError(f"unknown command {args.verb!r}", hint="see 'meshrun --help'")
 
 
@@ -250,19 +266,54 @@ def _restarts(args: argparse.Namespace) -> int:
     return parse_int(raw, name, minimum=0)
 
 
-def make_plan_here(args: argparse.Namespace, cmd=None):
+def job_input(args: argparse.Namespace, cmd):
+    """Read --config / --set / --recipe (files: effects) into the planner's JobInput.
+
+    Returns (JobInput or None, command): a recipe (``--recipe``, the config's ``recipe``
+    key, or ``-m meshrun.recipes.<x>``) becomes the workers' command."""
+    from . import config, recipes
+    from .plan import Command, JobInput
+
+    if not any(getattr(args, name, None) for name in ("recipe", "config", "set",
+                                                       "checkpoint_dir")):
+        by_module = [r for r in recipes.RECIPES.values()
+                     if cmd is not None and cmd.module and cmd.target == r.module]
+        if not by_module:
+            return None, cmd
+        return JobInput(recipe_defaults=by_module[0].defaults), cmd
+    file_data = config.load_file(args.config) if args.config else None
+    sets = config.parse_sets(args.set) if args.set else {}
+    if args.checkpoint_dir:
+        sets.setdefault("checkpoint", {})["dir"] = args.checkpoint_dir
+    if args.recipe:
+        if cmd is not None:
+            raise UsageError(f"--recipe {args.recipe} and a command ({cmd.display()}) were both "
+                             "given", subject="--recipe",
+                             hint="give either --recipe NAME or -- SCRIPT, not both")
+        sets["recipe"] = args.recipe
+    name = config.recipe_name(file_data, sets)
+    if name is None and cmd is not None and cmd.module:
+        name = next((r.name for r in recipes.RECIPES.values() if r.module == cmd.target), None)
+    recipe = recipes.get(name) if name else None
+    if recipe is not None and cmd is None:
+        cmd = Command(recipe.module, module=True)
+    return JobInput(recipe_defaults=recipe.defaults if recipe else None, file_data=file_data,
+                    sets=sets or None, config_path=args.config), cmd
+
+
+def make_plan_here(args: argparse.Namespace, cmd=None, job=None):
     """Collect this host's facts and plan (the one place the CLI reads os.environ)."""
     from . import facts
     from .plan import make_plan
 
     env = dict(os.environ)
-    return make_plan(env, flags_from(args), facts.collect(env), cmd)
+    return make_plan(env, flags_from(args), facts.collect(env), cmd, job)
 
 
-def _plan(args: argparse.Namespace, cmd) -> int:
+def _plan(args: argparse.Namespace, cmd, job=None) -> int:
     from .plan import describe
 
-    plan = make_plan_here(args, cmd)
+    plan = make_plan_here(args, cmd, job)
     if args.json:
         print(json.dumps(plan.to_json(), indent=2, sort_keys=True))
     else:

@@ -28,7 +28,8 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 from . import __version__
 from .errors import UsageError
@@ -67,6 +68,17 @@ class EnvVar:
 
 
 @dataclass(frozen=True)
+class JobInput:
+    """What the job config is made of, as the CLI read it: the recipe's defaults, the
+    ``--config`` file's data, the ``--set`` overrides (see :mod:`meshrun.config`)."""
+
+    recipe_defaults: Mapping | None = None
+    file_data: Mapping | None = None
+    sets: Mapping | None = None
+    config_path: str | None = None
+
+
+@dataclass(frozen=True)
 class LaunchPlan:
     nnodes: int
     node_rank: int
@@ -92,6 +104,7 @@ class LaunchPlan:
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     version: str = __version__
+    job: Any = None  # meshrun.config.JobConfig when a recipe, --config or --set is given
 
     @property
     def is_master(self) -> bool:
@@ -101,7 +114,8 @@ class LaunchPlan:
         return {var.name: var.value for var in self.env}
 
     def to_json(self) -> dict:
-        data = asdict(self)
+        data = asdict(replace(self, job=None))
+        data["job"] = self.job.to_dict() if self.job is not None else None
         data["global_ranks"] = list(self.global_ranks)
         data["visible_devices"] = list(self.visible_devices)
         data["env"] = self.env_dict()
@@ -112,7 +126,7 @@ class LaunchPlan:
 
 
 def make_plan(env: Mapping[str, str], flags: Flags, facts: HostFacts,
-              command: Command | None = None) -> LaunchPlan:
+              command: Command | None = None, job: JobInput | None = None) -> LaunchPlan:
     """Resolve and validate everything; raise :class:`UsageError` on any bad input."""
     topo = detect(env, flags, facts.host_info())
     source: dict[str, str] = {}
@@ -142,6 +156,16 @@ def make_plan(env: Mapping[str, str], flags: Flags, facts: HostFacts,
                              log_dir)
     if facts.gpu_error:
         warnings.append(f"{facts.gpu_error}; running on CPU")
+    config = None
+    if job is not None:
+        from .config import resolve
+
+        config = resolve(recipe_defaults=job.recipe_defaults, file_data=job.file_data,
+                         sets=job.sets, world_size=nnodes * nproc, nproc_per_node=nproc,
+                         nnodes=nnodes, run_id=run_id, config_path=job.config_path)
+        worker_env += [EnvVar(name, value, "the resolved job config, for recipes and "
+                              "meshrun.config.from_env") for name, value in config.to_env().items()]
+        warnings += list(config.warnings)
     return LaunchPlan(
         nnodes=nnodes, node_rank=node_rank, nproc_per_node=nproc, world_size=nnodes * nproc,
         global_ranks=tuple(range(node_rank * nproc, (node_rank + 1) * nproc)),
@@ -150,7 +174,7 @@ def make_plan(env: Mapping[str, str], flags: Flags, facts: HostFacts,
         gpu_names=tuple(g.name for g in gpus), log_dir=log_dir, join_timeout=join_timeout,
         env=tuple(worker_env), source=source, platform=topo.platform, platforms=topo.platforms,
         world_size_reading=reading, hostname=facts.hostname, command=command,
-        warnings=tuple(warnings), notes=topo.notes)
+        warnings=tuple(warnings), notes=topo.notes, job=config)
 
 
 # --- devices -----------------------------------------------------------------------------
@@ -451,7 +475,11 @@ def describe(plan: LaunchPlan) -> str:
             line += f"  ({why})"
         lines.append(line.rstrip())
     for var in plan.env:
-        lines.append(f"  {'env'.ljust(width)} : {var.name}={var.value}  ({var.reason})")
+        value = var.value if len(var.value) <= 80 else f"<{len(var.value)} bytes>"
+        lines.append(f"  {'env'.ljust(width)} : {var.name}={value}  ({var.reason})")
+    if plan.job is not None:
+        lines.append("job config")
+        lines += plan.job.describe_lines()
     for warning in plan.warnings:
         lines.append(f"  {'warning'.ljust(width)} : {warning}")
     for note in plan.notes:

@@ -62,12 +62,22 @@ def node_argv(args: argparse.Namespace, cmd: Command, nodes: int, rank: int, por
         argv.append("--no-preflight")
     for path in getattr(args, "require_path", None) or ():
         argv += ["--require-path", path]
+    for name in ("config", "checkpoint_dir"):
+        value = getattr(args, name, None)
+        if value:
+            argv += ["--" + name.replace("_", "-"), value]
+    for item in getattr(args, "set", None) or ():
+        argv += ["--set", item]
+    recipe = getattr(args, "recipe", None)
+    if recipe:  # node agents get the recipe's module as their command, and its defaults
+        argv += ["--set", f"recipe={recipe}"]
     if cmd.module:
         return argv + ["-m", cmd.target, *cmd.args]
     return argv + ["--", cmd.target, *cmd.args]
 
 
-def simulate(args: argparse.Namespace, cmd: Command, *, max_restarts: int = 0) -> int:
+def simulate(args: argparse.Namespace, cmd: Command, *, max_restarts: int = 0,
+             job=None) -> int:
     from . import facts
     from .plan import make_plan
     from .topology import Flags
@@ -83,7 +93,7 @@ def simulate(args: argparse.Namespace, cmd: Command, *, max_restarts: int = 0) -
                          nproc_per_node=getattr(args, "nproc_per_node", None),
                          log_dir=getattr(args, "log_dir", None),
                          join_timeout=getattr(args, "join_timeout", None)),
-              facts.collect(env), cmd)
+              facts.collect(env), cmd, job)
     print(f"meshrun: simulating {nodes} nodes on this machine (store 127.0.0.1:{port}, "
           f"run id {run_id})", flush=True)
     procs = [subprocess.Popen(node_argv(args, cmd, nodes, rank, port, run_id, max_restarts),
