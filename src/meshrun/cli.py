@@ -48,6 +48,32 @@ def _node_flags(parser: argparse.ArgumentParser) -> None:
         group.add_argument(flag, dest=flag[2:].replace("-", "_"), metavar="VALUE", help=text)
 
 
+def _watch_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--node-timeout", metavar="SECONDS", default=None,
+                        help="a node whose heartbeat is silent this long is lost (default 15)")
+    parser.add_argument("--hang-timeout", metavar="SECONDS", default=None,
+                        help="no rank progressing this long is a hang (default 300; 0 = off; "
+                             "needs meshrun.progress(step) in the script, as recipes do)")
+
+
+def _supervision(args: argparse.Namespace):
+    from .launch import Supervision
+    from .topology.base import parse_int
+
+    values = {}
+    for name, minimum in (("node_timeout", 2), ("hang_timeout", 0)):
+        raw = getattr(args, name, None)
+        env_name = "MESHRUN_" + name.upper()
+        if raw is None:
+            raw = os.environ.get(env_name)
+            label = env_name
+        else:
+            label = "--" + name.replace("_", "-")
+        if raw not in (None, ""):
+            values[name] = float(parse_int(raw, label, minimum=minimum))
+    return Supervision(**values)
+
+
 def _preflight_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-preflight", action="store_true",
                         help="skip the cross-node check of code, versions, packages and devices")
@@ -90,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--max-restarts", metavar="N", default=None,
                    help="restart the workers after a failure up to N times (default 0)")
     _preflight_flags(r)
+    _watch_flags(r)
     _job_flags(r)
 
     b = sub.add_parser("bench", help="all-reduce / all-gather bandwidth across the job's nodes")
@@ -105,6 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help=NODE_FLAGS[flag])
     s.add_argument("--max-restarts", metavar="N", default=None, help="as for run")
     _preflight_flags(s)
+    _watch_flags(s)
     _job_flags(s)
     s.add_argument("--bench", action="store_true",
                    help="run the collective benchmark (as `meshrun bench`) instead of a script")
@@ -115,7 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 # Options that take a value: the command starts at the first word that is not one of them.
 _VALUE_OPTIONS = {*NODE_FLAGS, "--nodes", "--max-restarts", "--require-path", "--sizes",
-                  "--iters", "--recipe", "--config", "--set", "--checkpoint-dir"}
+                  "--iters", "--recipe", "--config", "--set", "--checkpoint-dir",
+                  "--node-timeout", "--hang-timeout"}
 
 
 def split_command(argv: Sequence[str]) -> tuple[list[str], list[str] | None, bool]:
@@ -190,7 +219,8 @@ def _dispatch(args: argparse.Namespace, command: list[str] | None, is_module: bo
         from .launch import run
 
         return run(make_plan_here(args, cmd, job), max_restarts=_restarts(args),
-                   preflight=not args.no_preflight, require_paths=tuple(args.require_path))
+                   preflight=not args.no_preflight, require_paths=tuple(args.require_path),
+                   supervision=_supervision(args))
     if args.verb == "simulate":
         from .simulate import simulate
 

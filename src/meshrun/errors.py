@@ -15,7 +15,11 @@ Exit codes (documented in the README):
 2     bad input: a flag, a variable or a config is wrong; nothing
       was started
 3     the job could not start here: nodes did not join, the master
-      could not be reached, the port is taken
+      could not be reached, the port is taken, preflight found nodes
+      that differ
+4     another node was lost (killed, frozen, cut off), or node 0,
+      which hosts the job's store
+5     the job hung: no rank made progress for --hang-timeout seconds
 ====  ==============================================================
 """
 
@@ -25,6 +29,8 @@ EXIT_OK = 0
 EXIT_WORKER_FAILED = 1
 EXIT_USAGE = 2
 EXIT_STARTUP = 3
+EXIT_NODE_LOST = 4
+EXIT_HANG = 5
 
 
 class MeshrunError(Exception):

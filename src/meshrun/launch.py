@@ -24,9 +24,12 @@ the agent, plus the plan's variables (``CUDA_VISIBLE_DEVICES``,
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import sys
+import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from .errors import EXIT_STARTUP, MeshrunError, StartupError
@@ -35,10 +38,20 @@ from .plan import LaunchPlan, describe
 from .store import JobStore, join, open_store, say
 
 RDZV_BACKEND = "meshrun-c10d"
+AGENT_RUNNING = threading.Event()  # the watchdog may SIGTERM this process only while set
+
+
+@dataclass(frozen=True)
+class Supervision:
+    """How the watchdog judges the job (see :mod:`meshrun.watchdog`)."""
+
+    node_timeout: float = 15.0   # a node silent this long is lost
+    hang_timeout: float = 300.0  # no rank progressing this long is a hang (0: off)
+    interval: float = 1.0        # heartbeat period
 
 
 def run(plan: LaunchPlan, *, max_restarts: int = 0, preflight: bool = True,
-        require_paths: tuple[str, ...] = ()) -> int:
+        require_paths: tuple[str, ...] = (), supervision: Supervision = Supervision()) -> int:
     """Launch this node's workers; return the exit code for the meshrun process."""
     assert plan.command is not None
     router = LogRouter(plan.log_dir, plan.node_rank, plan.global_ranks)
@@ -48,7 +61,7 @@ def run(plan: LaunchPlan, *, max_restarts: int = 0, preflight: bool = True,
         for moved in router.moved:
             say(f"kept an earlier run's log as {moved}")
         try:
-            return _launch(plan, max_restarts, preflight, require_paths)
+            return _launch(plan, max_restarts, preflight, require_paths, supervision)
         except MeshrunError as err:
             print(err.line(), file=sys.stderr, flush=True)
             return err.exit_code
@@ -56,9 +69,22 @@ def run(plan: LaunchPlan, *, max_restarts: int = 0, preflight: bool = True,
         router.close()
 
 
+def _quiet_agent_cpp_warnings() -> None:
+    """The agent's own c10d C++ warnings (a broken store connection, with 20 C++ frames) say
+    nothing meshrun's one line does not; workers keep the user's TORCH_CPP_LOG_LEVEL."""
+    if "TORCH_CPP_LOG_LEVEL" in os.environ or "torch" in sys.modules:
+        return
+    os.environ["TORCH_CPP_LOG_LEVEL"] = "ERROR"
+    try:
+        import torch  # noqa: F401 - c10 reads the level once, when it loads
+    finally:
+        del os.environ["TORCH_CPP_LOG_LEVEL"]
+
+
 def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
-            require_paths: tuple[str, ...]) -> int:
+            require_paths: tuple[str, ...], supervision: Supervision) -> int:
     started = time.monotonic()
+    _quiet_agent_cpp_warnings()
     job = open_store(plan)
     join(job, plan)
     if preflight:
@@ -66,6 +92,7 @@ def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
     elif plan.nnodes > 1:
         say("preflight skipped (--no-preflight)")
     os.environ.update(plan.env_dict())
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, launch_agent
 
@@ -81,19 +108,107 @@ def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
     say(f"starting {plan.nproc_per_node} worker(s): ranks "
         f"{plan.global_ranks[0]}-{plan.global_ranks[-1]} of {plan.world_size} "
         f"({time.monotonic() - started:.1f} s after start)")
+    dog = _start_watchdog(job, plan, supervision)
+    target = (["-m", plan.command.target] if plan.command.module
+              else ["--", plan.command.target])
+    status = "failed"
+    AGENT_RUNNING.set()
     try:
-        launch_agent(config, sys.executable, ["-u", *plan.command.argv()])
+        try:
+            launch_agent(config, sys.executable,
+                         ["-u", "-m", "meshrun._worker", *target, *plan.command.args])
+        finally:
+            AGENT_RUNNING.clear()
+        status = "done"
     except ChildFailedError as failed:
+        event = _await_event(dog, supervision)
+        if event is not None:
+            return _report_event(event)
         return _report_failure(plan, failed)
+    except SignalException as exc:
+        if dog.event is not None:
+            return _report_event(dog.event)
+        print(f"meshrun: node {plan.node_rank} stopped by {exc.sigval.name}; its workers "
+              "were stopped", file=sys.stderr, flush=True)
+        return 128 + int(exc.sigval)
     except Exception as exc:  # the agent itself failed (rendezvous, store)
+        event = _await_event(dog, supervision)  # a lost store host fails the agent first
+        if event is not None:
+            return _report_event(event)
         first = str(exc).strip().splitlines()
         print(f"meshrun: error: the elastic agent on node {plan.node_rank} stopped: "
               f"{type(exc).__name__}: {first[0] if first else ''}; fix: see "
               f"{plan.log_dir}/node{plan.node_rank}.log", file=sys.stderr, flush=True)
         return EXIT_STARTUP
+    finally:
+        dog.stop(status)
     say(f"all {plan.nproc_per_node} worker(s) of node {plan.node_rank} finished successfully; "
         f"logs in {plan.log_dir}")
     return 0
+
+
+def _start_watchdog(job: JobStore, plan: LaunchPlan, supervision: Supervision):
+    from .watchdog import Watchdog
+
+    hosts = {}
+    for rank in range(plan.nnodes):
+        try:
+            holder = job.store.get(f"meshrun/node/{rank}").decode()
+            hosts[rank] = holder.split(" pid ")[0]
+        except Exception:  # noqa: BLE001
+            hosts[rank] = "?"
+
+    def on_event(event) -> None:
+        print(event.line, file=sys.stderr, flush=True)
+        if AGENT_RUNNING.is_set():
+            os.kill(os.getpid(), signal.SIGTERM)  # torch's agent stops the workers in order
+
+    dog = Watchdog(host=plan.master_addr, port=job.port, node_rank=plan.node_rank,
+                   nnodes=plan.nnodes, world_size=plan.world_size, hosts=hosts,
+                   node_timeout=supervision.node_timeout, hang_timeout=supervision.hang_timeout,
+                   interval=supervision.interval, on_event=on_event, local_pids=local_workers)
+    dog.start()
+    return dog
+
+
+def _await_event(dog, supervision: Supervision, poll: float = 0.2):
+    """After a worker failure: was a node lost? Wait until the watchdog says so, or every
+    other node has said goodbye, or the node timeout (plus a beat) has passed."""
+    deadline = time.monotonic() + supervision.node_timeout + 2 * supervision.interval
+    while time.monotonic() < deadline:
+        if dog.event is not None:
+            return dog.event
+        if dog.others_done():
+            return None
+        time.sleep(poll)
+    return dog.event
+
+
+def _report_event(event) -> int:
+    from .errors import EXIT_HANG, EXIT_NODE_LOST
+
+    return EXIT_HANG if event.kind == "hang" else EXIT_NODE_LOST
+
+
+def local_workers() -> dict[int, int]:
+    """rank -> pid of this process's worker children (read from /proc)."""
+    out: dict[int, int] = {}
+    me = os.getpid()
+    try:
+        with open(f"/proc/{me}/task/{me}/children") as handle:
+            children = [int(p) for p in handle.read().split()]
+    except OSError:
+        return out
+    for pid in children:
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as handle:
+                env = dict(item.split(b"=", 1) for item in handle.read().split(b"\0")
+                           if b"=" in item)
+            if b"RANK" in env:
+                out[int(env[b"RANK"])] = pid
+        except (OSError, ValueError):
+            continue
+    return out
 
 
 def _preflight(job: JobStore, plan: LaunchPlan, require_paths: tuple[str, ...]) -> None:

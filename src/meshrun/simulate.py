@@ -33,7 +33,8 @@ PLATFORM_NAMES = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "NNODES", "NODE_RANK", "NP
                   "LOCAL_WORLD_SIZE", "NODE_COUNT", "MPI_LOCALNRANKS", "PALS_LOCAL_SIZE")
 # MESHRUN_ variables that are not node flags and mean the same on every node.
 KEEP_MESHRUN = ("MESHRUN_MAX_RESTARTS", "MESHRUN_SYSFS_ROOT", "MESHRUN_JOB_CONFIG",
-                "MESHRUN_PG_TIMEOUT", "MESHRUN_CHECKPOINT_DIR")
+                "MESHRUN_PG_TIMEOUT", "MESHRUN_CHECKPOINT_DIR", "MESHRUN_NODE_TIMEOUT",
+                "MESHRUN_HANG_TIMEOUT")
 
 
 def node_env(env: Mapping[str, str]) -> dict[str, str]:
@@ -62,7 +63,7 @@ def node_argv(args: argparse.Namespace, cmd: Command, nodes: int, rank: int, por
         argv.append("--no-preflight")
     for path in getattr(args, "require_path", None) or ():
         argv += ["--require-path", path]
-    for name in ("config", "checkpoint_dir"):
+    for name in ("config", "checkpoint_dir", "node_timeout", "hang_timeout"):
         value = getattr(args, name, None)
         if value:
             argv += ["--" + name.replace("_", "-"), value]
