@@ -336,8 +336,15 @@ def make_plan_here(args: argparse.Namespace, cmd=None, job=None):
     from . import facts
     from .plan import make_plan
 
+    from dataclasses import replace
+
+    from . import netfacts
+
     env = dict(os.environ)
-    return make_plan(env, flags_from(args), facts.collect(env), cmd, job)
+    host = facts.collect(env)
+    first = make_plan(env, flags_from(args), host, cmd, job)  # validates; finds the master
+    net = netfacts.collect(first.master_addr, first.master_port, env=env)
+    return make_plan(env, flags_from(args), replace(host, net=net), cmd, job)
 
 
 def _plan(args: argparse.Namespace, cmd, job=None) -> int:

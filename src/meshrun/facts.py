@@ -11,6 +11,8 @@ No torch import: ``meshrun plan`` must stay fast.
 
 from __future__ import annotations
 
+from typing import Any
+
 import shutil
 import socket
 import subprocess
@@ -37,6 +39,8 @@ class HostFacts:
     # Why no GPU list could be read although nvidia-smi exists (driver missing, ...).
     gpu_error: str = ""
     files: Mapping[str, str] = field(default_factory=dict)
+    # meshrun.netfacts.NetFacts, collected once the master address is known (None: not yet).
+    net: Any = None
 
     def host_info(self) -> HostInfo:
         return HostInfo(hostname=self.hostname, files=self.files)

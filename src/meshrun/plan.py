@@ -156,6 +156,15 @@ def make_plan(env: Mapping[str, str], flags: Flags, facts: HostFacts,
                              log_dir)
     if facts.gpu_error:
         warnings.append(f"{facts.gpu_error}; running on CPU")
+    notes = list(topo.notes)
+    if facts.net is not None:
+        from .network import network_env
+
+        policy = network_env(facts.net, nnodes=nnodes, device="cuda" if gpu_mode else "cpu",
+                             user_env=env)
+        worker_env += [EnvVar(v.name, v.value, v.reason) for v in policy.env]
+        warnings += list(policy.warnings)
+        notes += list(policy.notes)
     config = None
     if job is not None:
         from .config import resolve
@@ -174,7 +183,7 @@ def make_plan(env: Mapping[str, str], flags: Flags, facts: HostFacts,
         gpu_names=tuple(g.name for g in gpus), log_dir=log_dir, join_timeout=join_timeout,
         env=tuple(worker_env), source=source, platform=topo.platform, platforms=topo.platforms,
         world_size_reading=reading, hostname=facts.hostname, command=command,
-        warnings=tuple(warnings), notes=topo.notes, job=config)
+        warnings=tuple(warnings), notes=tuple(notes), job=config)
 
 
 # --- devices -----------------------------------------------------------------------------
