@@ -119,6 +119,16 @@ def build_parser() -> argparse.ArgumentParser:
     _watch_flags(r)
     _job_flags(r)
 
+    d = sub.add_parser("doctor", help="check this node (and, with --all-nodes, every node)")
+    _node_flags(d)
+    d.add_argument("--json", action="store_true", help="print the findings as JSON")
+    d.add_argument("--all-nodes", action="store_true",
+                   help="also run the cross-node preflight with the other nodes' doctors")
+    d.add_argument("--require-path", metavar="PATH", action="append", default=[],
+                   help="with --all-nodes: PATH must exist on every node (repeatable)")
+    d.add_argument("--checkpoint-dir", metavar="DIR", default="checkpoints",
+                   help="where checkpoints will go, for the free-space check")
+
     b = sub.add_parser("bench", help="all-reduce / all-gather bandwidth across the job's nodes")
     _node_flags(b)
     _bench_flags(b)
@@ -144,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
 # Options that take a value: the command starts at the first word that is not one of them.
 _VALUE_OPTIONS = {*NODE_FLAGS, "--nodes", "--max-restarts", "--require-path", "--sizes",
                   "--iters", "--recipe", "--config", "--set", "--checkpoint-dir",
-                  "--node-timeout", "--hang-timeout"}
+                  "--node-timeout", "--hang-timeout"}  # doctor's --checkpoint-dir: listed
 
 
 def split_command(argv: Sequence[str]) -> tuple[list[str], list[str] | None, bool]:
@@ -208,6 +218,8 @@ def _dispatch(args: argparse.Namespace, command: list[str] | None, is_module: bo
         cmd = Command(target=command[0], args=tuple(command[1:]), module=is_module)
     if args.verb == "bench" or (args.verb == "simulate" and args.bench):
         return _bench(args, cmd)
+    if args.verb == "doctor":
+        return _doctor(args)
     job, cmd = job_input(args, cmd)
     if args.verb == "plan":
         return _plan(args, cmd, job)
@@ -274,6 +286,41 @@ def _bench(args: argparse.Namespace, cmd) -> int:
         except OSError:
             pass  # not node 0: node 0 prints and keeps the results
     return code
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from . import doctor
+    from .errors import EXIT_STARTUP
+
+    plan = make_plan_here(args, None)
+    checks = doctor.local_checks(plan, dict(os.environ), checkpoint_dir=args.checkpoint_dir)
+    if args.all_nodes and plan.nnodes > 1:
+        from . import preflight
+        from .store import join, open_store
+
+        real_stdout = sys.stdout
+        if args.json:
+            sys.stdout = sys.stderr  # progress lines ("waiting for nodes") stay off the JSON
+        try:
+            job = open_store(plan)
+            join(job, plan)
+            mine = preflight.fingerprint(plan, require_paths=tuple(args.require_path))
+            verdict = preflight.exchange(job.store, plan, mine,
+                                         timeout_s=min(plan.join_timeout, 120))
+        finally:
+            sys.stdout = real_stdout
+        checks += doctor.from_preflight(verdict)
+    order = {"error": 0, "warning": 1, "info": 2}
+    checks.sort(key=lambda c: order.get(c.severity, 3))
+    if args.json:
+        print(json.dumps({"findings": [c.to_json() for c in checks]}, indent=2))
+    else:
+        for check in checks:
+            print(check.line())
+        errors = sum(c.severity == "error" for c in checks)
+        warnings = sum(c.severity == "warning" for c in checks)
+        print(f"meshrun doctor: {errors} error(s), {warnings} warning(s)")
+    return EXIT_STARTUP if any(c.severity == "error" for c in checks) else 0
 
 
 def _nccl_debug_to_file(log_dir: str) -> None:

@@ -223,7 +223,10 @@ def _preflight(job: JobStore, plan: LaunchPlan, require_paths: tuple[str, ...]) 
                                code="preflight-mismatch", subject="--require-path",
                                hint="create it, or fix --require-path")
         return
-    mine = preflight.fingerprint(plan, require_paths=require_paths)
+    env = plan.env_dict()
+    hcas = [t.lstrip("=").split(":")[0] for t in env.get("NCCL_IB_HCA", "").split(",") if t]
+    mine = preflight.fingerprint(plan, require_paths=require_paths, ib_devices=hcas,
+                                 interface=env.get("GLOO_SOCKET_IFNAME", "").lstrip("="))
     verdict = preflight.exchange(job.store, plan, mine,
                                  timeout_s=min(plan.join_timeout, 120))
     for warning in verdict.warnings:
