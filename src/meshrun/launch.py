@@ -92,6 +92,8 @@ def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
     elif plan.nnodes > 1:
         say("preflight skipped (--no-preflight)")
     os.environ.update(plan.env_dict())
+    # The job's store, for meshrun.progress() in the workers (their MASTER_PORT is their own).
+    os.environ["MESHRUN_STORE"] = f"{plan.master_addr}:{job.port}"
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, launch_agent
@@ -159,7 +161,15 @@ def _start_watchdog(job: JobStore, plan: LaunchPlan, supervision: Supervision):
             hosts[rank] = "?"
 
     def on_event(event) -> None:
+        from .watchdog import process_state
+
         print(event.line, file=sys.stderr, flush=True)
+        for pid in local_workers().values():  # a stopped worker would ignore SIGTERM for 30 s
+            if process_state(pid) in ("T", "t"):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
         if AGENT_RUNNING.is_set():
             os.kill(os.getpid(), signal.SIGTERM)  # torch's agent stops the workers in order
 
@@ -310,15 +320,20 @@ def _handler(job: JobStore, plan: LaunchPlan, params: Any) -> Any:
 
         @property
         def use_agent_store(self) -> bool:
-            return True
+            # Workers get their own store per rendezvous round (rank 0 hosts it on a free
+            # port, published under the round's prefix): with the agent's store shared, a
+            # restart would find the previous attempt's keys (torch prefixes them by restart
+            # count, which differs between a node that failed and one that followed it).
+            return False
 
         def next_rendezvous(self) -> Any:
             info = inner.next_rendezvous()
             if info.world_size != plan.nnodes:
                 raise RuntimeError(f"rendezvous formed with {info.world_size} nodes, "
                                    f"expected {plan.nnodes}")
-            # Workers use the job's store on node 0 (torchrun's shared-store mode).
-            bootstrap = RendezvousStoreInfo(plan.master_addr, job.port)
+            bootstrap = RendezvousStoreInfo.build(
+                plan.node_rank, info.store, local_addr=plan.master_addr if plan.is_master
+                else None)
             return RendezvousInfo(info.store, plan.node_rank, plan.nnodes, bootstrap)
 
         def is_closed(self) -> bool:

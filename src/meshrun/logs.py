@@ -92,6 +92,8 @@ class LogRouter:
         return os.path.join(self.run_dir, f"rank{rank}.log")
 
     def route(self, line: str) -> None:
+        if self._node.closed:  # a late writer (a torch thread's logger) after close()
+            return
         self._node.write(line + "\n")
         match = _RANK_LINE.match(line)
         if match:
@@ -103,6 +105,8 @@ class LogRouter:
             handle.write(match.group(2) + "\n")
 
     def flush(self) -> None:
+        if self._node.closed:
+            return
         self._node.flush()
         for handle in self._ranks.values():
             handle.flush()

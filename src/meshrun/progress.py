@@ -1,10 +1,10 @@
 """``meshrun.progress(step)``: tell meshrun's watchdog that this rank is making progress.
 
 Call it once per training step (the recipes do). It writes
-``meshrun/progress/<RANK>`` = ``"<step> <time>"`` into the job's store (the one
-the workers already use for their process group: ``MASTER_ADDR:MASTER_PORT``)
+``meshrun/progress/<RANK>`` = ``"<step> <time>"`` into the job's store (``MESHRUN_STORE``, set by
+meshrun for every worker)
 at most once per second, so its cost is one small network write per second.
-Outside meshrun (no ``MESHRUN_RUN_ID``) it does nothing. When no rank ever
+Outside meshrun (no ``MESHRUN_STORE``) it does nothing. When no rank ever
 calls it, meshrun's hang detection is off (it cannot tell a hang from a long
 step); node-loss detection works regardless.
 """
@@ -28,12 +28,14 @@ def progress(step: int) -> None:
     _state["last"] = now
     try:
         if _state["store"] is None:
-            if not os.environ.get("MESHRUN_RUN_ID") or "RANK" not in os.environ:
+            where = os.environ.get("MESHRUN_STORE", "")
+            if not where or "RANK" not in os.environ:
                 _state["off"] = True
                 return
             from torch.distributed import TCPStore
 
-            _state["store"] = TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+            host, _, port = where.rpartition(":")
+            _state["store"] = TCPStore(host, int(port),
                                        is_master=False, timeout=timedelta(seconds=10),
                                        wait_for_workers=False)
         _state["store"].set(f"meshrun/progress/{os.environ['RANK']}", f"{int(step)} {time.time()}")

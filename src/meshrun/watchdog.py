@@ -180,6 +180,7 @@ class Watchdog(threading.Thread):
         store = self._store
         if store.check([f"{PREFIX}hang"]):
             data = json.loads(store.get(f"{PREFIX}hang"))
+            store.add(f"{PREFIX}hang_seen", 1)
             self._fire(Event("hang", data["line"], stuck=data["stuck"]))
             return True
         if store.check([f"{PREFIX}hang_probe"]) and not self._probed:
@@ -217,6 +218,11 @@ class Watchdog(threading.Thread):
         who = [(r, r // nproc, self.hosts.get(r // nproc, "?")) for r in stuck]
         line = hang_line(who, now - last)
         store.set(f"{PREFIX}hang", json.dumps({"line": line, "stuck": who}))
+        # This node hosts the store: let every node read the verdict before stopping.
+        deadline = time.monotonic() + 3 * self.interval + 2.0
+        while store.add(f"{PREFIX}hang_seen", 0) < self.nnodes - 1 and \
+                time.monotonic() < deadline:
+            time.sleep(0.05)
         self._fire(Event("hang", line, stuck=who))
         return True
 
