@@ -27,4 +27,13 @@ PY=${PYTHON:-python3}
 # The CPU build of torch first (an unpinned torch would pull several GB of CUDA wheels).
 "$PY" -m pip install -q --disable-pip-version-check "torch==2.13.0"
 "$PY" -m pip install -q --disable-pip-version-check -e '.[test]'
+# DeepSpeed ships only an sdist whose setup.py imports torch: build it against the torch
+# above (an isolated build would pull a CUDA torch), without its CUDA ops. Its own config
+# class checks `meshrun render deepspeed`.
+python_has() { "$PY" -c "import $1" >/dev/null 2>&1; }
+if ! python_has deepspeed; then
+  "$PY" -m pip install -q --disable-pip-version-check setuptools wheel
+  DS_BUILD_OPS=0 "$PY" -m pip install -q --disable-pip-version-check --no-build-isolation \
+    "deepspeed>=0.17"
+fi
 exec "$PY" -m pytest -q "$@"

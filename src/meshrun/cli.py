@@ -37,6 +37,23 @@ NODE_FLAGS = {
 }
 
 
+# Flags only the platform render targets take (docs/render.md).
+RENDER_FLAGS = {
+    "--job-name": "job name (DNS-1123 label)",
+    "--image": "container image (k8s, pytorchjob, trainjob, volcano, docker)",
+    "--gpus-per-node": "GPUs each node requests (0: a CPU job)",
+    "--namespace": "Kubernetes namespace",
+    "--shm-size": "shared memory size, e.g. 16Gi",
+    "--cpus-per-node": "CPUs each node requests",
+    "--backoff-limit": "Kubernetes Job backoffLimit",
+    "--partition": "SLURM partition",
+    "--time": "SLURM time limit",
+    "--account": "SLURM account",
+    "--run-args": "extra flags for `meshrun run` on every node, as one shell-quoted string",
+    "--meshrun": "how nodes start meshrun (default: meshrun)",
+}
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, exit 2, no usage dump
         raise UsageError(message, hint=f"see '{self.prog} --help'")
@@ -88,6 +105,12 @@ def _job_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--config", metavar="FILE", help="the job's TOML config")
     group.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
                        help="override one config value, e.g. --set train.steps=20 (repeatable)")
+    group.add_argument("--accelerate", action="store_true",
+                       help="give workers the ACCELERATE_* variables an accelerate / HF Trainer "
+                            "script needs (docs/hf.md)")
+    group.add_argument("--deepspeed", metavar="FILE",
+                       help="a DeepSpeed JSON for accelerate / HF Trainer (implies --accelerate; "
+                            "its batch fields are checked against the plan)")
     group.add_argument("--checkpoint-dir", metavar="DIR",
                        help="where checkpoints go (default checkpoints/<run-id>); same as "
                             "--set checkpoint.dir=DIR")
@@ -118,6 +141,22 @@ def build_parser() -> argparse.ArgumentParser:
     _preflight_flags(r)
     _watch_flags(r)
     _job_flags(r)
+
+    rd = sub.add_parser("render", help="write a config or submission file from the plan "
+                        "(accelerate, deepspeed, k8s, pytorchjob, trainjob, volcano, slurm, "
+                        "docker)")
+    rd.add_argument("target", metavar="TARGET")
+    _node_flags(rd)
+    _job_flags(rd)
+    rd.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout "
+                    "(an existing file is kept unless --force)")
+    rd.add_argument("--force", action="store_true", help="overwrite the -o file")
+    for flag, text in RENDER_FLAGS.items():
+        rd.add_argument(flag, dest=flag[2:].replace("-", "_"), metavar="VALUE", help=text)
+    rd.add_argument("--env", metavar="NAME=VALUE", action="append", default=[],
+                    help="platform targets: a variable for every node (repeatable)")
+    rd.add_argument("--infiniband", action="store_true",
+                    help="platform targets: InfiniBand devices, memlock, IPC_LOCK")
 
     d = sub.add_parser("doctor", help="check this node (and, with --all-nodes, every node)")
     _node_flags(d)
@@ -154,7 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
 # Options that take a value: the command starts at the first word that is not one of them.
 _VALUE_OPTIONS = {*NODE_FLAGS, "--nodes", "--max-restarts", "--require-path", "--sizes",
                   "--iters", "--recipe", "--config", "--set", "--checkpoint-dir",
-                  "--node-timeout", "--hang-timeout"}  # doctor's --checkpoint-dir: listed
+                  "--node-timeout", "--hang-timeout", "-o", "--output", "--deepspeed",
+                  "--env", *RENDER_FLAGS}
 
 
 def split_command(argv: Sequence[str]) -> tuple[list[str], list[str] | None, bool]:
@@ -181,8 +221,8 @@ def split_command(argv: Sequence[str]) -> tuple[list[str], list[str] | None, boo
                 i += 1
             i += 1
             continue
-        if not options:  # the verb itself
-            options.append(token)
+        if not options or options == ["render"]:
+            options.append(token)  # the verb itself; `render` is followed by its TARGET
             i += 1
             continue
         return options, argv[i:], False
@@ -220,6 +260,8 @@ def _dispatch(args: argparse.Namespace, command: list[str] | None, is_module: bo
         return _bench(args, cmd)
     if args.verb == "doctor":
         return _doctor(args)
+    if args.verb == "render":
+        return _render(args, command, is_module)
     job, cmd = job_input(args, cmd)
     if args.verb == "plan":
         return _plan(args, cmd, job)
@@ -286,6 +328,96 @@ def _bench(args: argparse.Namespace, cmd) -> int:
         except OSError:
             pass  # not node 0: node 0 prints and keeps the results
     return code
+
+
+def _render(args: argparse.Namespace, command: list[str] | None, is_module: bool) -> int:
+    """``meshrun render TARGET``: plan-based (accelerate, deepspeed) or spec-based (platforms)."""
+    from . import render
+    from .render import spec as platform
+
+    if args.target in render.TARGETS:
+        text = _render_hf(args, command, is_module)
+    elif args.target in platform.PLATFORM_TARGETS:
+        if args.deepspeed:
+            raise UsageError(f"--deepspeed is for the accelerate target, not {args.target}",
+                             subject="--deepspeed", hint="drop --deepspeed")
+        run_flags: list[str] = []
+        if args.config:
+            run_flags += ["--config", args.config]
+        for item in args.set:
+            run_flags += ["--set", item]
+        if args.checkpoint_dir:
+            run_flags += ["--checkpoint-dir", args.checkpoint_dir]
+        if args.recipe:
+            if command:
+                raise UsageError("--recipe and a command were both given", subject="--recipe",
+                                 hint="give either --recipe NAME or -- SCRIPT, not both")
+            run_flags += ["--recipe", args.recipe]
+        values = {name: getattr(args, name, None) for name in (
+            "nnodes", "nproc_per_node", "master_addr", "master_port", "run_id", "log_dir",
+            "node_rank", *(f[2:].replace("-", "_") for f in RENDER_FLAGS))}
+        spec = platform.spec_from_flags(args.target, command, module=is_module,
+                                        env=tuple(args.env), infiniband=args.infiniband,
+                                        run_flags=tuple(run_flags), **values)
+        text = platform.render_platform(spec)
+    else:
+        known = sorted({*render.TARGETS, *platform.PLATFORM_TARGETS})
+        raise UsageError(f"unknown render target {args.target!r}", subject="meshrun render",
+                         hint=f"use one of: {', '.join(known)}")
+    if not args.output:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        return 0
+    if os.path.exists(args.output) and not args.force:
+        raise UsageError(f"{args.output} exists and would be overwritten", subject="-o",
+                         hint="choose another file, or pass --force")
+    with open(args.output, "w") as handle:
+        handle.write(text if text.endswith("\n") else text + "\n")
+    print(f"meshrun: wrote {args.output}", file=sys.stderr)
+    return 0
+
+
+def _render_hf(args: argparse.Namespace, command: list[str] | None, is_module: bool) -> str:
+    from . import render
+    from .plan import Command
+
+    cmd = (Command(command[0], tuple(command[1:]), is_module) if command else None)
+    job, cmd = job_input(args, cmd)
+    plan = make_plan_here(args, cmd, job)
+    job_dict = plan.job.to_dict() if plan.job is not None else None
+    extra: list[str] = []
+    for flag, value in (("--config", args.config), ("--recipe", args.recipe),
+                        ("--checkpoint-dir", args.checkpoint_dir)):
+        if value:
+            extra += [flag, value]
+    for item in args.set:
+        extra += ["--set", item]
+    options = {}
+    if args.deepspeed:
+        if args.target != "accelerate":
+            raise UsageError("--deepspeed is for the accelerate target", subject="--deepspeed",
+                             hint="meshrun render accelerate --deepspeed ds.json")
+        _read_deepspeed(args.deepspeed, plan, job_dict)
+        options["deepspeed_config_file"] = args.deepspeed
+        extra += ["--deepspeed", args.deepspeed]
+    return render.render(args.target, plan, job_dict,
+                         command=render.regenerate_command(args.target, plan, tuple(extra)),
+                         **options)
+
+
+def _read_deepspeed(path: str, plan, job_dict) -> None:
+    from .render.deepspeed import check_deepspeed_config
+
+    try:
+        with open(path) as handle:
+            data = json.load(handle)
+    except OSError as exc:
+        raise UsageError(f"cannot read the DeepSpeed config {path}: {exc.strerror}",
+                         subject="--deepspeed", hint="check the path") from None
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{path} is not valid JSON (line {exc.lineno}: {exc.msg})",
+                         subject="--deepspeed", hint="fix the file, or write one with "
+                         "meshrun render deepspeed -o ds.json") from None
+    check_deepspeed_config(data, plan, job_dict, source=f"--deepspeed {path}")
 
 
 def _doctor(args: argparse.Namespace) -> int:
@@ -391,7 +523,18 @@ def make_plan_here(args: argparse.Namespace, cmd=None, job=None):
     host = facts.collect(env)
     first = make_plan(env, flags_from(args), host, cmd, job)  # validates; finds the master
     net = netfacts.collect(first.master_addr, first.master_port, env=env)
-    return make_plan(env, flags_from(args), replace(host, net=net), cmd, job)
+    plan = make_plan(env, flags_from(args), replace(host, net=net), cmd, job)
+    deepspeed = getattr(args, "deepspeed", None) if args.verb != "render" else None
+    if getattr(args, "accelerate", False) or deepspeed:
+        from .render.accelerate import hf_worker_env
+
+        job_dict = plan.job.to_dict() if plan.job is not None else None
+        path = None
+        if deepspeed:
+            _read_deepspeed(deepspeed, plan, job_dict)
+            path = os.path.abspath(deepspeed)
+        plan = replace(plan, env=plan.env + tuple(hf_worker_env(plan, job_dict, path, env=env)))
+    return plan
 
 
 def _plan(args: argparse.Namespace, cmd, job=None) -> int:

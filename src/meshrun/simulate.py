@@ -34,7 +34,7 @@ PLATFORM_NAMES = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "NNODES", "NODE_RANK", "NP
 # MESHRUN_ variables that are not node flags and mean the same on every node.
 KEEP_MESHRUN = ("MESHRUN_MAX_RESTARTS", "MESHRUN_SYSFS_ROOT", "MESHRUN_JOB_CONFIG",
                 "MESHRUN_PG_TIMEOUT", "MESHRUN_CHECKPOINT_DIR", "MESHRUN_NODE_TIMEOUT",
-                "MESHRUN_HANG_TIMEOUT")
+                "MESHRUN_HANG_TIMEOUT", "MESHRUN_STOP_AFTER_STEP")
 
 
 def node_env(env: Mapping[str, str]) -> dict[str, str]:
@@ -63,7 +63,9 @@ def node_argv(args: argparse.Namespace, cmd: Command, nodes: int, rank: int, por
         argv.append("--no-preflight")
     for path in getattr(args, "require_path", None) or ():
         argv += ["--require-path", path]
-    for name in ("config", "checkpoint_dir", "node_timeout", "hang_timeout"):
+    if getattr(args, "accelerate", False):
+        argv.append("--accelerate")
+    for name in ("config", "checkpoint_dir", "node_timeout", "hang_timeout", "deepspeed"):
         value = getattr(args, name, None)
         if value:
             argv += ["--" + name.replace("_", "-"), value]

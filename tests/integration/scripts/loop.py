@@ -10,7 +10,7 @@ import time
 import torch
 import torch.distributed as dist
 
-import meshrun.progress as mp
+import meshrun
 
 dist.init_process_group("gloo")
 rank = dist.get_rank()
@@ -25,6 +25,6 @@ for step in range(int(os.environ.get("LOOP_STEPS", "100000"))):
         print(f"rank {rank} hanging at step {step}", flush=True)
         time.sleep(3600)
     dist.all_reduce(value)
-    mp.progress(step)
+    meshrun.progress(step)
     time.sleep(0.05)
 dist.destroy_process_group()

@@ -1,0 +1,337 @@
+"""The training loop both recipes share: schedule, accumulation, clipping, metrics, checkpoints.
+
+A recipe builds its sharded model and hands the loop a :class:`Workload`;
+:func:`train` then runs steps ``start+1 .. steps`` (or ``stop_after``):
+
+1. resume from the newest complete checkpoint under ``checkpoint.dir``
+   (when ``checkpoint.interval > 0``), printing ``resumed from step N (path)``;
+2. each step: set the LR from the schedule (a pure function of the step, so
+   nothing but the step needs saving), run ``grad_accum`` micro-batches
+   (FSDP2 gradient sync only on the last one), clip, step the optimizer,
+   all-reduce the loss for the log;
+3. every ``log_every`` steps (and the first and last): rank 0 prints the
+   recipe's line and appends one JSON object to ``<log dir>/metrics.jsonl``
+   (and TensorBoard scalars under ``<log dir>/tensorboard`` when the
+   ``tensorboard`` package is installed);
+4. every ``checkpoint.interval`` steps, and at the last step run: save
+   ``step-N`` (see :mod:`meshrun.checkpoint`).
+
+Metrics (one JSON object per logged step)::
+
+    {"step": 20, "loss": 0.0123, "lr": 0.0029, "step_time_s": 0.081,
+     "samples_per_s": 790.1, "psnr": 24.1, "mfu": 0.31}
+
+``loss`` is that step's loss averaged over all ranks (full precision, so two
+runs can be compared exactly); ``step_time_s`` the mean over the steps since
+the previous record, leaving out the run's first step (start-up, lazy init)
+unless it is the only one, in which case the record has ``"first_step": true``;
+``samples_per_s`` = samples per step (all ranks) / ``step_time_s``; ``mfu`` (GPU
+only) = model FLOPs per step / step time / (world size x the GPU's dense bf16
+peak), with the FLOPs counted once by ``torch.utils.flop_counter`` on the
+meta device. A resumed run appends to the same file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from .. import checkpoint as ckpt
+from .._progress import progress
+from ..dist import RankInfo
+from ..errors import MeshrunError, UsageError
+from ._job import Job
+
+# Dense bf16 tensor-core peak per GPU, FLOP/s, matched against the CUDA device name
+# (first match wins, so the specific names come first).
+PEAK_BF16_FLOPS: tuple[tuple[str, float], ...] = (
+    ("GB200", 2.5e15), ("B200", 2.25e15), ("H100 PCIe", 756e12), ("H100 NVL", 835e12),
+    ("H200", 989e12), ("H100", 989e12), ("H800", 989e12), ("H20", 148e12),
+    ("A100", 312e12), ("A800", 312e12), ("L40S", 362e12), ("L40", 181e12), ("L4", 121e12),
+    ("A10G", 70e12), ("A10", 125e12),
+)
+
+
+def peak_flops(device_name: str) -> float | None:
+    """The dense bf16 peak of a GPU from its name, or None when it is not in the table."""
+    for key, flops in PEAK_BF16_FLOPS:
+        if key.lower() in device_name.lower():
+            return flops
+    return None
+
+
+def count_flops(build: Callable[[], torch.nn.Module], sample: Callable[[], Any],
+                loss: Callable[[torch.nn.Module, Any], torch.Tensor]) -> float:
+    """FLOPs of one forward + backward over ``sample()``, counted on the meta device."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with torch.device("meta"):
+        model = build()
+        batch = sample()
+    counter = FlopCounterMode(display=False)
+    with counter:
+        loss(model, batch).backward()
+    return float(counter.get_total_flops())
+
+
+@dataclass
+class Workload:
+    """What a recipe hands the loop.
+
+    ``batch(step, micro)`` returns this rank's micro-batch of 1-based ``step``
+    (already on the device); ``loss(model, batch)`` runs the forward pass and
+    returns the scalar loss; ``extra(mean_loss)`` adds recipe metrics to a
+    record (PSNR); ``line(record)`` formats rank 0's log line;
+    ``flops_per_sample`` feeds the MFU; ``model_config`` is saved with each
+    checkpoint and must match on resume.
+    """
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    batch: Callable[[int, int], Any]
+    loss: Callable[[torch.nn.Module, Any], torch.Tensor]
+    line: Callable[[dict[str, Any]], str]
+    model_config: dict[str, Any]
+    extra: Callable[[float], dict[str, float]] = field(default=lambda loss: {})
+    flops_per_sample: float | None = None
+
+
+def say(info: RankInfo, text: str) -> None:
+    """Print ``text`` on rank 0."""
+    if info.is_main:
+        print(text, flush=True)
+
+
+def guard(main: Callable[[], None]) -> None:
+    """Run a recipe's ``main``; a :class:`MeshrunError` ends it with its one line and code.
+
+    Every rank fails the same way on bad config, so only local rank 0 of each
+    node prints the line.
+    """
+    try:
+        main()
+    except MeshrunError as err:
+        if os.environ.get("LOCAL_RANK", "0") == "0":
+            print(err.line(), file=sys.stderr, flush=True)
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        raise SystemExit(err.exit_code) from None
+
+
+def optimizer(params: Any, job: Job) -> torch.optim.Optimizer:
+    """The configured optimizer (the LR is set per step by the schedule)."""
+    t = job.train
+    if t.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=t.lr, momentum=t.momentum,
+                               weight_decay=t.weight_decay)
+    return torch.optim.AdamW(params, lr=t.lr, betas=t.betas, weight_decay=t.weight_decay)
+
+
+def autocast(job: Job, device: torch.device) -> contextlib.AbstractContextManager:
+    """bf16 autocast for ``mixed_precision`` bf16, or auto on a GPU; else nothing."""
+    mode = job.parallel.mixed_precision
+    if mode == "bf16" or (mode == "auto" and device.type == "cuda"):
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def precision_name(job: Job, device: torch.device) -> str:
+    mode = job.parallel.mixed_precision
+    return "bf16 autocast" if mode == "bf16" or (mode == "auto" and device.type == "cuda") \
+        else "fp32"
+
+
+def _clip(model: torch.nn.Module, max_norm: float) -> float:
+    """Clip the global gradient norm to ``max_norm``; returns the norm before clipping.
+
+    With every gradient a DTensor (FSDP2, TP), the squared norm is summed over each
+    rank's local shards, divided by how many ranks hold a replica of that shard, and
+    all-reduced once over the world: exact and one collective, where DTensor's own
+    norm would reduce once per mesh dimension.
+    """
+    try:
+        from torch.distributed.tensor import DTensor, Replicate
+    except ImportError:  # torch < 2.5
+        from torch.distributed._tensor import DTensor, Replicate
+
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    world = dist.get_world_size()
+    if not grads or not all(isinstance(g, DTensor) and g.device_mesh.size() == world
+                            for g in grads):
+        return float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm))
+    squares = torch.zeros((), device=grads[0].to_local().device, dtype=torch.float32)
+    for g in grads:
+        copies = 1
+        for size, placement in zip(g.device_mesh.shape, g.placements):
+            if isinstance(placement, Replicate):
+                copies *= size
+        squares += g.to_local().float().square().sum() / copies
+    dist.all_reduce(squares)
+    norm = squares.sqrt()
+    scale = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
+    for g in grads:
+        g.to_local().mul_(scale.to(g.dtype))
+    return float(norm)
+
+
+class MetricsLog:
+    """metrics.jsonl (+ TensorBoard when installed), written on rank 0 only."""
+
+    def __init__(self, log_dir: str, enabled: bool) -> None:
+        self.path = os.path.join(log_dir, "metrics.jsonl")
+        self._file = None
+        self._tb = None
+        if not enabled:
+            return
+        os.makedirs(log_dir, exist_ok=True)
+        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:  # the tensorboard package is optional
+            return
+        self._tb = SummaryWriter(os.path.join(log_dir, "tensorboard"))
+
+    def write(self, record: dict[str, Any]) -> None:
+        if self._file is None:
+            return
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+        if self._tb is not None:
+            for key, value in record.items():
+                if key != "step" and isinstance(value, (int, float)) \
+                        and not isinstance(value, bool):
+                    self._tb.add_scalar(key, value, record["step"])
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+        if self._tb is not None:
+            self._tb.close()
+
+
+def train(job: Job, info: RankInfo, work: Workload) -> list[dict[str, Any]]:
+    """Run the job's steps on ``work``; returns rank 0's records (empty elsewhere)."""
+    t, c = job.train, job.checkpoint
+    last = min(t.steps, t.stop_after) if t.stop_after else t.steps
+    model, opt = work.model, work.optimizer
+    for note in job.notes:
+        say(info, f"note: {note}")
+    say(info, job.describe())
+
+    # --- resume -------------------------------------------------------------------------
+    start = 0
+    template = {"step": 0, "samples_seen": 0, "effective_batch": 0, "recipe": "",
+                "model_config": "", "optimizer": ""}
+    seen = 0                      # samples trained on before this run's first step
+    this_config = json.dumps(work.model_config, sort_keys=True)
+
+    def same_model(saved: dict[str, Any], path: str) -> None:
+        was = (saved["recipe"], saved["model_config"], saved["optimizer"])
+        now = (job.recipe, this_config, t.optimizer)
+        if was != now:
+            raise UsageError(
+                f"checkpoint {path} is of recipe {was[0]!r}, model {was[1]}, optimizer "
+                f"{was[2]}; this run is {now[0]!r}, model {now[1]}, optimizer {now[2]}",
+                subject="checkpoint.dir", code="checkpoint-mismatch",
+                hint="resume with the settings it was saved with, or use another "
+                     "checkpoint folder (MESHRUN_CHECKPOINT_DIR)")
+
+    if c.interval:
+        found = ckpt.resume(c.dir, model, opt, template, check=same_model,
+                            say=lambda s: say(info, s))
+        if found is not None:
+            start, saved = found
+            seen = saved["samples_seen"]
+            if saved["effective_batch"] != job.effective_batch:
+                say(info, f"note: the checkpoint was trained on {saved['effective_batch']} "
+                          f"samples per step, this run uses {job.effective_batch}; the LR "
+                          "schedule continues by step")
+    else:
+        say(info, "checkpoints off (checkpoint.interval = 0): not resuming, not saving")
+    if start >= last:
+        say(info, f"nothing to train: step {start} reached, the run ends at step {last}")
+        return []
+
+    # --- steps --------------------------------------------------------------------------
+    metrics = MetricsLog(job.log_dir, info.is_main)
+    peak = None
+    if info.device.type == "cuda":
+        name = torch.cuda.get_device_name(info.device)
+        peak = peak_flops(name)
+        if peak is None:
+            say(info, f"note: no bf16 peak known for {name!r}: MFU left out of the metrics")
+    records: list[dict[str, Any]] = []
+    window: list[float] = []          # step times since the last record
+    first_step = start + 1
+    run_started = time.perf_counter()
+    try:
+        for step in range(start + 1, last + 1):
+            began = time.perf_counter()
+            lr = t.lr_at(step)
+            for group in opt.param_groups:
+                group["lr"] = lr
+            total = torch.zeros((), device=info.device)
+            for micro in range(t.grad_accum):
+                if hasattr(model, "set_requires_gradient_sync"):  # FSDP2: sync on the last
+                    model.set_requires_gradient_sync(micro == t.grad_accum - 1)
+                batch = work.batch(step, micro)
+                with autocast(job, info.device):
+                    loss = work.loss(model, batch) / t.grad_accum
+                loss.backward()
+                total += loss.detach().float()
+            if t.grad_clip > 0:
+                _clip(model, t.grad_clip)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            dist.all_reduce(total)
+            mean_loss = total.item() / info.world_size   # .item() waits for the GPU too
+            elapsed = time.perf_counter() - began
+            marked = step == first_step      # start-up and lazy init: reported alone, marked
+            if not marked:
+                window.append(elapsed)
+            progress(step)  # the watchdog's hang detection (meshrun.watchdog)
+
+            if marked or step == last or step % t.log_every == 0:
+                step_time = elapsed if marked else sum(window) / len(window)
+                record: dict[str, Any] = {
+                    "step": step, "loss": mean_loss, "lr": lr, "step_time_s": step_time,
+                    "samples_per_s": job.effective_batch / step_time,
+                }
+                record.update(work.extra(mean_loss))
+                if peak and work.flops_per_sample:
+                    record["mfu"] = (work.flops_per_sample * job.effective_batch / step_time
+                                     / (peak * info.world_size))
+                if marked:
+                    record["first_step"] = True
+                window = []
+                if info.is_main:
+                    records.append(record)
+                    metrics.write(record)
+                    print(work.line({**record, "steps": t.steps}), flush=True)
+
+            if c.interval and (step % c.interval == 0 or step == last):
+                path = ckpt.save(c.dir, step, model, opt,
+                                 {"step": step,
+                                  "samples_seen": seen + (step - start) * job.effective_batch,
+                                  "effective_batch": job.effective_batch,
+                                  "recipe": job.recipe, "model_config": this_config,
+                                  "optimizer": t.optimizer},
+                                 keep=c.keep, say=lambda s: say(info, s))
+                say(info, f"saved checkpoint {path}")
+    finally:
+        metrics.close()
+    if t.stop_after and last < t.steps:
+        say(info, f"stopped after step {last} of {t.steps} (stop_after / "
+                  "MESHRUN_STOP_AFTER_STEP); run the same command without it to resume")
+    wall = time.perf_counter() - run_started
+    say(info, f"done: steps {first_step}-{last} in {wall:.1f} s")
+    return records

@@ -1,0 +1,52 @@
+"""``meshrun render slurm``: an sbatch script with one task per node running ``srun meshrun run``.
+
+The node count is written once (``#SBATCH --nodes``); ``srun`` inherits it and the
+one task per node from the allocation, so nothing repeats a count. Each task's meshrun
+reads its own ``SLURM_NNODES``, ``SLURM_NODEID``, node list and job id (master port
+15000 + the job id's last four digits, run id ``slurm-<job>.<step>``) and starts that
+node's workers, one per GPU of ``--gpus-per-node`` (``SLURM_GPUS_ON_NODE``), or
+``--nproc-per-node`` CPU processes. The script itself expands no variable: every word
+of the command is single-quoted where it needs quoting, so ``$`` in an argument reaches
+the training script as written and no per-node value is computed once in the batch
+shell (the classic "every node is rank 0" bug).
+
+``srun --kill-on-bad-exit=1`` stops the other nodes as soon as one node's meshrun
+fails, instead of leaving them blocked in a collective until its timeout.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from .spec import RenderSpec
+
+
+def render_slurm(spec: RenderSpec) -> str:
+    """The sbatch script for ``spec`` (submit with ``sbatch FILE``)."""
+    lines = ["#!/bin/bash", *spec.header("submit: sbatch FILE")]
+    sbatch = [f"--job-name={spec.job_name}", f"--nodes={spec.nnodes}", "--ntasks-per-node=1"]
+    if spec.gpus_per_node:
+        sbatch.append(f"--gpus-per-node={spec.gpus_per_node}")
+    if spec.cpus_per_node:
+        sbatch.append(f"--cpus-per-task={spec.cpus_per_node}")
+    for flag, value in (("--partition", spec.partition), ("--time", spec.time_limit),
+                        ("--account", spec.account)):
+        if value:
+            sbatch.append(f"{flag}={value}")
+    sbatch.append("--output=%x-%j.out")
+    lines += [f"#SBATCH {option}" for option in sbatch]
+    lines += ["",
+              "# One meshrun per node: each reads SLURM_NNODES, SLURM_NODEID, the node list",
+              "# and the job id itself, then starts this node's workers."]
+    exports = []
+    if spec.run_id:
+        exports.append(("MESHRUN_RUN_ID", spec.run_id))
+    if spec.log_dir:
+        exports.append(("MESHRUN_LOG_DIR", spec.log_dir))
+    exports += list(spec.env)
+    lines += [f"export {name}={shlex.quote(value)}" for name, value in exports]
+    lines.append(shlex.join(["srun", "--kill-on-bad-exit=1", *spec.meshrun, *spec.run_args()]))
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["render_slurm"]

@@ -1,0 +1,77 @@
+"""``meshrun render slurm`` submitted for real to the local two-node SLURM cluster.
+
+The rendered script is handed to ``sbatch`` as it is (no node options on the command
+line: its ``#SBATCH`` lines decide), and its job must complete with ranks 0-1 on node 0
+and 2-3 on node 1. The cluster is tests/cluster/slurm_up.sh (see tests/cluster/NOTES.md);
+without root or the SLURM packages the test is skipped, except under CI=true.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+from helpers import ROOT, SCRIPTS, clean_env, reports
+
+from meshrun.render.slurm import render_slurm
+from meshrun.render.spec import spec_from_flags
+
+pytestmark = [pytest.mark.slow, pytest.mark.slurm]
+CLUSTER = ROOT / "tests" / "cluster"
+SLURM_DIR = "/tmp/meshrun-slurm"
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    missing = [t for t in ("slurmctld", "slurmd", "munged", "sbatch") if shutil.which(t) is None]
+    why = ("needs root" if os.geteuid() != 0 else
+           f"missing {', '.join(missing)} (scripts/test.sh installs them)" if missing else None)
+    if why:
+        (pytest.fail if os.environ.get("CI") == "true" else pytest.skip)(why)
+    up = subprocess.run([str(CLUSTER / "slurm_up.sh"), SLURM_DIR], capture_output=True,
+                        text=True, stdin=subprocess.DEVNULL, timeout=120)
+    assert up.returncode == 0, up.stdout + up.stderr
+    yield clean_env(SLURM_CONF=f"{SLURM_DIR}/etc/slurm.conf")
+    subprocess.run([str(CLUSTER / "slurm_down.sh"), SLURM_DIR], capture_output=True,
+                   stdin=subprocess.DEVNULL, timeout=60)
+
+
+def _wait(jid: str, env: dict, timeout: float) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        queued = subprocess.run(["squeue", "-h", "-j", jid], capture_output=True, text=True,
+                                env=env).stdout
+        if not queued.strip():
+            return subprocess.run(["scontrol", "show", "job", jid], capture_output=True,
+                                  text=True, env=env).stdout
+        time.sleep(0.2)
+    subprocess.run(["scancel", jid], env=env)
+    pytest.fail(f"SLURM job {jid} still queued or running after {timeout} s")
+
+
+def test_rendered_sbatch_script_runs_two_nodes_with_the_right_ranks(slurm_cluster, tmp_path):
+    spec = spec_from_flags(
+        "slurm", [str(SCRIPTS / "report.py"), "--note", "two words", "$HOME"],
+        job_name="render-test", nnodes="2", nproc_per_node="2", cpus_per_node="2",
+        meshrun=f"{sys.executable} -m meshrun")
+    script = tmp_path / "job.sbatch"
+    script.write_text(render_slurm(spec))
+    submitted = subprocess.run(["sbatch", "--parsable", f"--chdir={tmp_path}", str(script)],
+                               capture_output=True, text=True, env=slurm_cluster, timeout=60)
+    assert submitted.returncode == 0, submitted.stderr
+    jid = submitted.stdout.strip().split(";")[0]
+    state = _wait(jid, slurm_cluster, timeout=150)
+    out_file = tmp_path / f"render-test-{jid}.out"            # the script's --output=%x-%j.out
+    out = out_file.read_text() if out_file.exists() else ""
+    assert "JobState=COMPLETED" in state and "ExitCode=0:0" in state, (state, out)
+    assert "NumNodes=2" in state
+    found = reports(out)
+    assert [r["rank"] for r in found] == [0, 1, 2, 3], out
+    assert [r["node_rank"] for r in found] == [0, 0, 1, 1]
+    assert [r["meshrun_node_rank"] for r in found] == [0, 0, 1, 1]
+    assert all(r["world"] == 4 and r["sum"] == 10 for r in found)
+    assert {r["run_id"] for r in found} == {f"slurm-{jid}.0"}
+    # The arguments reached meshrun unexpanded on both nodes (the banner shows the command).
+    assert out.count("report.py --note two words $HOME") == 2, out

@@ -1,0 +1,122 @@
+"""Checkpoint selection and retention: pure functions of a directory listing (no torch)."""
+
+import random
+
+import pytest
+
+from meshrun.checkpoint import (
+    Found,
+    check_target,
+    listing,
+    newest_complete,
+    parse_listing,
+    plan_retention,
+    step_dir,
+)
+from meshrun.errors import UsageError
+
+
+def found(*specs: str) -> list[Found]:
+    """'4' = complete step-4, '5?' = incomplete step-5."""
+    return parse_listing((f"step-{s.rstrip('?')}", not s.endswith("?")) for s in specs)
+
+
+def names(items) -> list[str]:
+    return [f.name for f in items]
+
+
+def doomed(specs, keep) -> list[str]:
+    return [f.name for f, _ in plan_retention(found(*specs), keep)]
+
+
+def test_only_canonical_step_folders_count_and_sort_numerically():
+    listed = [("step-10", True), ("step-9", True), ("step-012", True), ("step-x", True),
+              ("latest", True), ("step-3.tmp", False), ("Step-4", True), ("step-", True),
+              ("step-0", False), ("tensorboard", False)]
+    assert names(parse_listing(listed)) == ["step-0", "step-9", "step-10"]
+    assert step_dir(12) == "step-12"
+
+
+@pytest.mark.parametrize("specs, newest", [
+    ((), None),
+    (("5?",), None),
+    (("2", "4", "6?"), "step-4"),          # a newer save that never finished is skipped
+    (("9", "10"), "step-10"),              # numeric, not lexical
+    (("3", "1?", "2"), "step-3"),
+])
+def test_newest_complete(specs, newest):
+    best = newest_complete(found(*specs))
+    assert (best.name if best else None) == newest
+
+
+@pytest.mark.parametrize("specs, keep, removed", [
+    (("2", "4", "6"), 2, ["step-2"]),
+    (("2", "4", "6"), 3, []),
+    (("2", "4", "6", "8"), 2, ["step-2", "step-4"]),
+    (("2?", "4", "6"), 2, ["step-2"]),             # incomplete, older than step-6
+    (("2", "4", "5?", "6"), 3, ["step-5"]),        # incomplete between complete ones
+    (("4", "6", "8?"), 2, []),                     # newer incomplete: maybe being written
+    (("1?", "2?"), 2, []),                         # nothing complete: touch nothing
+    (("6",), 2, []),
+])
+def test_retention_table(specs, keep, removed):
+    assert doomed(specs, keep) == removed
+
+
+def test_retention_gives_reasons():
+    reasons = {f.name: why for f, why in plan_retention(found("1?", "2", "3", "4"), 2)}
+    assert "older than the newest 2 complete" in reasons["step-2"]
+    assert "incomplete" in reasons["step-1"] and "step-4" in reasons["step-1"]
+
+
+def test_keep_below_two_is_refused_in_one_line():
+    with pytest.raises(UsageError) as err:
+        plan_retention(found("1", "2"), 1)
+    line = err.value.line()
+    assert line.startswith("meshrun: error: checkpoint keep=1 is below 2; fix: ")
+    assert "\n" not in line
+
+
+def test_retention_invariants_over_random_listings():
+    rng = random.Random(1234)
+    for _ in range(500):
+        steps = rng.sample(range(60), rng.randint(0, 12))
+        items = found(*(f"{s}{'' if rng.random() < 0.7 else '?'}" for s in steps))
+        keep = rng.randint(2, 5)
+        removed = {f for f, _ in plan_retention(items, keep)}
+        kept = [f for f in items if f not in removed]
+        complete = [f for f in items if f.complete]
+        newest = newest_complete(items)
+        if newest is None:
+            assert not removed
+            continue
+        # the newest complete survives, and so does the newest `keep` complete ones
+        assert newest in kept
+        assert [f for f in kept if f.complete] == complete[-keep:]
+        # incomplete folders newer than the newest complete one are never removed
+        assert all(f in kept for f in items if not f.complete and f.step > newest.step)
+        # incomplete folders older than it are all removed
+        assert all(f in removed for f in items if not f.complete and f.step < newest.step)
+        # selection after pruning is unchanged
+        assert newest_complete(kept) == newest
+
+
+def test_check_target_never_overwrites_a_complete_checkpoint():
+    items = found("4", "6?")
+    assert check_target(items, 8) is False            # new folder
+    assert check_target(items, 6) is True             # incomplete: remove it first
+    with pytest.raises(UsageError) as err:
+        check_target(items, 4, "ckpt/run")
+    assert "ckpt/run/step-4 already exists and is complete" in err.value.line()
+    assert "fix:" in err.value.line()
+
+
+def test_listing_reads_folders_and_metadata(tmp_path):
+    (tmp_path / "step-4").mkdir()
+    (tmp_path / "step-4" / ".metadata").write_text("x")
+    (tmp_path / "step-6").mkdir()
+    (tmp_path / "step-6" / "__0_0.distcp").write_text("x")
+    (tmp_path / "step-8").write_text("a file, not a checkpoint")
+    assert sorted(listing(str(tmp_path))) == [("step-4", True), ("step-6", False)]
+    assert listing(str(tmp_path / "missing")) == []
+    assert names(parse_listing(listing(str(tmp_path)))) == ["step-4", "step-6"]
