@@ -101,7 +101,8 @@ def simulate(args: argparse.Namespace, cmd: Command, *, max_restarts: int = 0,
           f"run id {run_id})", flush=True)
     procs = [subprocess.Popen(node_argv(args, cmd, nodes, rank, port, run_id, max_restarts),
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, bufsize=1, start_new_session=True)
+                              text=True, bufsize=1, start_new_session=True,
+                              preexec_fn=_term_with_parent)
              for rank in range(nodes)]
     lock = threading.Lock()
     relays = [threading.Thread(target=_relay, args=(p, rank, lock), daemon=True)
@@ -126,6 +127,17 @@ def simulate(args: argparse.Namespace, cmd: Command, *, max_restarts: int = 0,
         return code
     print(f"meshrun: all {nodes} simulated nodes finished successfully", flush=True)
     return 0
+
+
+def _term_with_parent() -> None:
+    """In each node agent: SIGTERM when simulate dies (even by SIGKILL), so the agent stops
+    its workers instead of running on, orphaned."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def _relay(proc: subprocess.Popen, rank: int, lock: threading.Lock) -> None:

@@ -133,3 +133,21 @@ def test_sigterm_stops_a_node_and_its_workers_quickly(tmp_path):
         assert time.monotonic() - start < 15
     finally:
         _cleanup(procs, pids)
+
+
+def test_killing_simulate_leaves_no_node_agent_or_worker(tmp_path):
+    sim = subprocess.Popen([sys.executable, "-m", "meshrun", "simulate", "--nodes", "2",
+                            "--nproc-per-node", "1", "--", LOOP], cwd=tmp_path,
+                           env=clean_env(LOOP_DIR=str(tmp_path)), stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 90
+    while len(list(tmp_path.glob("pid.*"))) < 2:
+        assert time.monotonic() < deadline and sim.poll() is None
+        time.sleep(0.2)
+    pids = [int(p.read_text()) for p in tmp_path.glob("pid.*")]
+    sim.kill()
+    sim.wait()
+    deadline = time.monotonic() + 20
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(_alive(pid) for pid in pids)

@@ -1,0 +1,405 @@
+"""meshrun.diagnose over a corpus of failure logs (tests/unit/fixtures/failure_logs/).
+
+About half of the corpus is real output captured on the CPU build (torchrun and meshrun
+simulate failing on purpose: SIGKILL, an IndexError, a C++ stack trace, a busy port, an
+unresolvable master, a store timeout, a rendezvous that never forms, a @record traceback);
+the GPU-only failures (NCCL, CUDA, InfiniBand) are written after the messages torch 2.x and
+NCCL print, as they appear in public bug reports. Each file's expected diagnoses are listed
+below in full and in order, so a signature that fires where it should not, a missing rank or
+host, or a consequence reported before its cause all fail a test.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from meshrun import diagnose
+from meshrun.config import parse_sets, resolve
+from meshrun.diagnose import (
+    CATALOG,
+    Diagnosis,
+    diagnose_files,
+    diagnose_text,
+    fix_for_oom,
+    parse_root_cause,
+    parse_worker_failures,
+    render_text,
+    to_json,
+)
+from meshrun.errors import UsageError
+
+ROOT = Path(__file__).resolve().parents[2]
+LOGS = Path(__file__).resolve().parent / "fixtures" / "failure_logs"
+
+# file -> every diagnosis, root cause first: (code, rank, host)
+EXPECTED: dict[str, list[tuple[str, int | None, str | None]]] = {
+    # clean runs: nothing fires (benign IPv6 / errno 97 warnings, "error" in metric names, ...)
+    "clean_simulate.log": [],
+    "clean_gpu_nccl.log": [],
+    # real torchrun / meshrun output
+    "torchrun_sigkill.log": [("host-oom-killed", 1, "localhost"),
+                             ("gloo-connection-lost", 0, "localhost")],
+    "simulate_sigkill.log": [("host-oom-killed", 1, "vm"), ("gloo-connection-lost", 0, "vm")],
+    "torchrun_indexerror.log": [("unknown", 1, "localhost"),
+                                ("gloo-connection-lost", 0, "localhost")],
+    "torchrun_cpp_frames.log": [("unknown", 1, "localhost"),
+                                ("gloo-connection-lost", 0, "localhost")],
+    "torchrun_record_traceback.log": [("unknown", 1, "localhost")],
+    "torchrun_port_in_use.log": [("port-in-use", None, None)],
+    "torchrun_rendezvous_timeout.log": [("rendezvous-timeout", None, None)],
+    "torchrun_rendezvous_connection.log": [("rendezvous-connection-error", None, None)],
+    "torch_dns_failure.log": [("master-dns-failure", None, None)],
+    "torch_store_connection_lost.log": [("store-connection-lost", None, None)],
+    "store_barrier_too_few.log": [("store-barrier-timeout", None, None)],
+    "meshrun_join_timeout.log": [("join-timeout", None, "vm")],
+    "meshrun_port_in_use.log": [("port-in-use", None, "vm")],
+    "meshrun_master_unreachable.log": [("master-unreachable", None, "vm")],
+    "meshrun_master_dns.log": [("master-dns-failure", None, "vm")],
+    "meshrun_store_other_job.log": [("store-other-job", None, "vm")],
+    # meshrun's other start-up errors and its watchdog lines, in the formats it prints; a
+    # node-level line gets the host from the node's banner
+    "meshrun_duplicate_node_rank.log": [("duplicate-node-rank", None, "gpu-c")],
+    "meshrun_too_many_nodes.log": [("too-many-nodes", None, "gpu-a")],
+    "meshrun_preflight_mismatch.log": [("preflight-mismatch", None, "gpu-a")],
+    "node_lost_node0.log": [("node-lost", None, "gpu-b"), ("nccl-remote-error", 2, "gpu-a")],
+    "hang_node0.log": [("rank-hang", 11, "gpu-b"), ("rank-hang", 13, "gpu-b")],
+    "node0_store_lost_node1.log": [("node-lost", None, "cpu-a"),
+                                   ("store-connection-lost", 2, "cpu-b")],
+    # GPU, NCCL and system failures
+    "slurm_cuda_oom_node0.log": [("cuda-oom", 3, "gpu-a")],
+    "slurm_cuda_oom_node1.log": [("nccl-watchdog-timeout", 8, "gpu-b"),
+                                 ("nccl-watchdog-timeout", 9, "gpu-b")],
+    "torchrun_duplicate_gpu.log": [("duplicate-gpu", 0, "dgx-03"), ("duplicate-gpu", 1, "dgx-03")],
+    "nccl_invalid_usage_rank5.log": [("nccl-invalid-usage", 5, None)],
+    "invalid_device_ordinal_node1.log": [("invalid-device-ordinal", 8, "gpu-b"),
+                                         ("invalid-device-ordinal", 9, "gpu-b")],
+    "torchrun_no_cuda_gpus.log": [("cuda-init-failed", 0, "trainer-worker-0"),
+                                  ("cuda-init-failed", 1, "trainer-worker-0")],
+    "cuda_driver_too_old.log": [("cuda-driver-too-old", None, None)],
+    "mpirun_torch_missing.log": [("torch-missing", 0, None), ("torch-missing", 1, None)],
+    "torchrun_module_missing.log": [("python-module-missing", 0, "ws-ml-07"),
+                                    ("python-module-missing", 1, "ws-ml-07")],
+    "flash_attn_undefined_symbol_rank0.log": [("torch-abi-mismatch", 0, None)],
+    "gpu_ecc_error_node0.log": [("gpu-hardware-error", 5, "gpu-a"),
+                                ("nccl-remote-error", 6, "gpu-a")],
+    "cuda_device_assert.log": [("cuda-device-assert", 2, "gpu-a")],
+    "cuda_illegal_access.log": [("cuda-illegal-memory-access", 0, "ws-ml-07")],
+    "device_mismatch.log": [("device-mismatch", 1, "ws-ml-07")],
+    "pg_not_initialized.log": [("pg-not-initialized", None, None)],
+    "nccl_unhandled_cuda_node1.log": [("nccl-unhandled-cuda-error", 15, "gpu-b")],
+    "nccl_system_error_node0.log": [("nccl-system-error", 0, "gpu-a")],
+    "nccl_internal_error.log": [("nccl-internal-error", 1, "gpu-a")],
+    "ib_completion_error_node1.log": [("ib-transport-error", 12, "gpu-b")],
+    "nccl_socket_fallback.log": [("nccl-socket-fallback", 0, "ip-172-31-12-21"),
+                                 ("nccl-socket-fallback", 1, "ip-172-31-12-21")],
+    "gloo_connect_full_mesh.log": [("gloo-connect-failed", 2, "cpu-node-b")],
+    "gloo_timeout_rank0.log": [("gloo-timeout", 0, None)],
+    "address_family.log": [("address-family-mismatch", None, None)],
+    "torchrun_segfault.log": [("segfault", 1, "a100-node-4")],
+    "dataloader_shm_bus_error.log": [("shm-too-small", 0, "3f9c2b1e7d44")],
+    "checkpoint_disk_full.log": [("disk-full", 0, "gpu-a")],
+    "too_many_open_files.log": [("too-many-open-files", 3, "gpu-a")],
+    "torch21_master_refused.log": [("master-unreachable", None, None)],
+    "store_barrier_too_many.log": [("store-barrier-timeout", 3, None)],
+    "unknown_plain_traceback.log": [("unknown", None, None)],
+}
+
+
+def found(path: Path, **kw) -> list[tuple[str, int | None, str | None]]:
+    return [(d.code, d.rank, d.host) for d in diagnose_files([path], **kw)]
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_corpus(name):
+    assert found(LOGS / name) == EXPECTED[name]
+
+
+def test_every_fixture_is_in_the_table_and_every_code_is_covered():
+    assert sorted(p.name for p in LOGS.glob("*.log")) == sorted(EXPECTED)
+    covered = {code for rows in EXPECTED.values() for code, _, _ in rows}
+    assert set(diagnose.codes()) <= covered, set(diagnose.codes()) - covered
+
+
+def test_catalog_has_the_codes_the_issue_names():
+    named = {"nccl-system-error", "master-unreachable", "master-dns-failure",
+             "store-barrier-timeout", "port-in-use", "invalid-device-ordinal", "duplicate-gpu",
+             "cuda-init-failed", "torch-missing", "cuda-oom", "nccl-socket-fallback",
+             "nccl-watchdog-timeout", "rendezvous-timeout", "rendezvous-connection-error",
+             "node-lost", "rank-hang"}
+    assert named <= set(diagnose.codes())
+    assert len(diagnose.codes()) >= 25
+
+
+def test_every_pattern_has_a_literal_its_matches_contain():
+    # The fast path skips a pattern on lines without its literal: check the literal is
+    # right on every corpus line the pattern matches.
+    lines = [line for p in LOGS.glob("*.log") for line in p.read_text().splitlines()]
+    for sig in CATALOG:
+        for pattern, literal in zip(sig.patterns, sig.needles):
+            assert literal, (sig.code, pattern.pattern)
+            for line in lines:
+                if pattern.search(line):
+                    assert literal in line, (sig.code, pattern.pattern, line)
+
+
+def test_needle_reads_only_certain_literals():
+    assert diagnose.needle(re.compile(r"No module named '?torch'?")) == "No module named "
+    assert diagnose.needle(re.compile(r"(?:\[Rank \d+\] )?Watchdog caught x")) == \
+        "Watchdog caught x"
+    assert diagnose.needle(re.compile(r"[Aa]ddress already in use")) == "ddress already in use"
+    assert diagnose.needle(re.compile(r"foo bar|baz qux")) is None  # top-level alternation
+
+
+# --- order: the root cause first ---------------------------------------------------------------
+
+def test_oom_on_one_node_explains_the_timeouts_on_the_other():
+    logs = [LOGS / "slurm_cuda_oom_node1.log", LOGS / "slurm_cuda_oom_node0.log"]
+    result = diagnose_files(logs)
+    assert [(d.code, d.rank, d.host) for d in result] == [
+        ("cuda-oom", 3, "gpu-a"), ("nccl-watchdog-timeout", 8, "gpu-b"),
+        ("nccl-watchdog-timeout", 9, "gpu-b")]
+    oom = result[0]
+    assert "2.00 GiB" in oom.cause and "GPU 3" in oom.cause and "1.23 GiB free" in oom.cause
+    assert oom.file.endswith("slurm_cuda_oom_node0.log")
+    assert "torch.OutOfMemoryError" in oom.line and oom.line_no > 20
+    text = render_text(result).splitlines()
+    assert text[0].startswith("rank 3 on gpu-a: CUDA out of memory — ")
+    assert text[1].startswith("ranks 8-9 on gpu-b: NCCL collective timed out — ")
+    assert "ALLREDUCE #4127" in text[1] and "600 s" in text[1]
+
+
+def test_the_same_failure_in_node_and_rank_logs_is_one_diagnosis(tmp_path):
+    run = tmp_path / "slurm-48213.0"
+    (run / "raw").mkdir(parents=True)
+    node0 = (LOGS / "slurm_cuda_oom_node0.log").read_text()
+    shutil.copy(LOGS / "slurm_cuda_oom_node0.log", run / "node0.log")
+    rank3 = [ln.removeprefix("[rank3]: ") for ln in node0.splitlines() if ln.startswith("[rank3]")]
+    (run / "rank3.log").write_text("\n".join(rank3) + "\n")
+    (run / "raw" / "rank3.stderr").write_text("Killed\n")  # raw/ is not read
+    result = diagnose_files([run])
+    assert [(d.code, d.rank, d.host) for d in result] == [("cuda-oom", 3, "gpu-a")]
+
+
+def test_the_lost_node_comes_before_what_the_survivors_report():
+    first, second = diagnose_files([LOGS / "node_lost_node0.log"])
+    assert first.code == "node-lost" and "node 1 (gpu-b)" in first.cause
+    assert "15.3 s" in first.cause
+    assert second.code == "nccl-remote-error"
+    assert "Connection closed by remote peer gpu-b.cluster.local" in second.cause
+
+
+def test_torchrun_tee_prefix_gives_a_local_rank_only():
+    # torchrun --tee 3 prefixes "[<role><local rank>]:"; on node 1 local rank 3 is not rank 3
+    log = ("[default3]:[rank11]: Traceback (most recent call last):\n"
+           '[default3]:[rank11]:   File "/home/ml/job/train.py", line 212, in <module>\n'
+           "[default3]:[rank11]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+           "512.00 MiB. GPU 3 has a total capacity of 39.38 GiB of which 201.06 MiB is free.\n"
+           "[default2]:torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 512.00 MiB.\n")
+    (with_rank, local_only) = diagnose_text(log)
+    assert (with_rank.rank, with_rank.local_rank) == (11, None)
+    assert (local_only.rank, local_only.local_rank) == (None, 2)
+    assert render_text([local_only]).startswith("local rank 2: CUDA out of memory — ")
+
+
+def test_a_dns_failure_is_not_also_reported_as_a_connect_timeout():
+    (only,) = diagnose_files([LOGS / "torch_dns_failure.log"])
+    assert only.code == "master-dns-failure"
+    assert "'trainer-0.trainer.default.svc' does not resolve" in only.cause
+
+
+def test_meshrun_error_lines_keep_their_own_fix():
+    (only,) = diagnose_files([LOGS / "meshrun_port_in_use.log"])
+    assert only.fix.startswith("choose another --master-port")
+    assert "ss -ltnp sport = :59945" in only.fix
+    (pre,) = diagnose_files([LOGS / "meshrun_preflight_mismatch.log"])
+    assert "node 1 (gpu-b) differs from node 0 in: installed packages, torch version" in pre.cause
+    assert pre.fix.startswith("install the same versions on every node")
+
+
+# --- numbers read from the messages -------------------------------------------------------------
+
+def test_store_barrier_counts_are_interpreted():
+    (few,) = diagnose_files([LOGS / "store_barrier_too_few.log"])
+    assert "only 1 of 4 processes reached the store within 4 s: 3 never started" in few.cause
+    assert few.priority == diagnose.EFFECT
+    (many,) = diagnose_files([LOGS / "store_barrier_too_many.log"])
+    assert "12 processes joined a store that expected 8: two jobs share" in many.cause
+    assert many.priority == diagnose.SETUP and "--master-port" in many.fix
+
+
+def test_driver_version_and_nccl_last_error_are_quoted():
+    (old,) = diagnose_files([LOGS / "cuda_driver_too_old.log"])
+    assert "supports CUDA up to 11.4" in old.cause
+    (cuda,) = diagnose_files([LOGS / "nccl_unhandled_cuda_node1.log"])
+    assert "NCCL's last error: Cuda failure 1 'invalid argument'" in cuda.cause
+    (sysd,) = diagnose_files([LOGS / "nccl_system_error_node0.log"])
+    assert "Connect to 10.140.28.121<36113> failed" in sysd.cause
+
+
+def test_watchdog_lines_as_meshrun_prints_them():
+    from meshrun.watchdog import hang_line, node_lost_line
+
+    lost = diagnose_text(node_lost_line(2, "gpu-c", 18.04))
+    assert [(d.code, d.rank, d.host) for d in lost] == [("node-lost", None, "gpu-c")]
+    assert "18.0 s" in lost[0].cause
+    store = diagnose_text(node_lost_line(0, "gpu-a", 16.0, store_host=True))
+    assert "hosts the job's store" in store[0].cause
+    hung = diagnose_text(hang_line([(3, 1, "gpu-b"), (12, 3, "gpu-d")], 300.0))
+    assert [(d.code, d.rank, d.host) for d in hung] == [("rank-hang", 3, "gpu-b"),
+                                                      ("rank-hang", 12, "gpu-d")]
+    nobody = diagnose_text(hang_line([], 42.0))
+    assert [(d.code, d.rank) for d in nobody] == [("rank-hang", None)]
+
+
+# --- the CUDA out-of-memory fix -----------------------------------------------------------------
+
+@pytest.mark.parametrize("batch, accum, effective, fix", [
+    (8, 1, 256, ("halve train.per_device_batch (8 -> 4) and double train.grad_accum (1 -> 2): "
+                 "same effective batch 256")),
+    (6, 2, None, ("halve train.per_device_batch (6 -> 3) and double train.grad_accum (2 -> 4): "
+                  "same effective batch")),
+    (3, 1, 96, ("lower train.per_device_batch (3 -> 1) and multiply train.grad_accum by 3 "
+                "(1 -> 3): same effective batch 96")),
+    (9, 1, None, ("lower train.per_device_batch (9 -> 3) and multiply train.grad_accum by 3 "
+                  "(1 -> 3): same effective batch")),
+])
+def test_fix_for_oom_keeps_the_effective_batch(batch, accum, effective, fix):
+    assert fix_for_oom(batch, accum, effective) == fix
+
+
+def test_fix_for_oom_without_numbers_or_room():
+    assert fix_for_oom(None).startswith("halve the per-device batch (train.per_device_batch) "
+                                        "and double the gradient accumulation")
+    assert fix_for_oom(1, 4, 64).startswith("train.per_device_batch is already 1")
+
+
+def test_oom_fix_reads_the_job_config():
+    # seed 001 on 16 GPUs: 4 per device x 16 x grad_accum 2 = 128
+    job = resolve(recipe_defaults=None, sets=parse_sets(["train.grad_accum=2"]),
+                  file_data={"train": {"per_device_batch": 4}}, world_size=16,
+                  nproc_per_node=8, nnodes=2, run_id="slurm-48213.0")
+    expected = ("halve train.per_device_batch (4 -> 2) and double train.grad_accum (2 -> 4): "
+                "same effective batch 128")
+    for given in (job, job.to_dict(), json.loads(job.to_env()["MESHRUN_JOB_CONFIG"])):
+        (oom,) = diagnose_files([LOGS / "slurm_cuda_oom_node0.log"], job=given)
+        assert oom.fix == expected
+    (plain,) = diagnose_files([LOGS / "slurm_cuda_oom_node0.log"])
+    assert plain.fix == fix_for_oom(None)
+
+
+# --- torchrun's Root Cause block ----------------------------------------------------------------
+
+def test_root_cause_block_with_a_signal():
+    text = (LOGS / "torchrun_sigkill.log").read_text()
+    root = parse_root_cause(text)
+    assert (root.rank, root.local_rank, root.host, root.exitcode, root.pid, root.signal) == \
+        (1, 1, "localhost", -9, 20185, "SIGKILL")
+    assert root.error_file is None and root.time == "2026-11-23_11:05:11"
+    assert root.error_line == "Signal 9 (SIGKILL) received by PID 20185"
+    (other,) = [f for f in parse_worker_failures(text) if not f.root]
+    assert (other.rank, other.exitcode, other.signal) == (0, -15, "SIGTERM")
+
+
+def test_root_cause_block_with_a_python_traceback():
+    text = (LOGS / "torchrun_record_traceback.log").read_text()
+    (root,) = parse_worker_failures(text)
+    assert root.root and (root.rank, root.exitcode, root.signal) == (1, 1, None)
+    assert root.error_file.endswith("/attempt_0/1/error.json")
+    assert root.traceback.startswith("Traceback (most recent call last):")
+    assert root.error_line == "ValueError: shard 7 missing from the index (2 shards found)"
+    (unknown,) = diagnose_text(text, name="torchrun.log")
+    assert (unknown.rank, unknown.host, unknown.line) == (1, "localhost", root.error_line)
+
+
+def test_no_block_no_root_cause():
+    assert parse_root_cause((LOGS / "clean_simulate.log").read_text()) is None
+
+
+# --- unknown failures ---------------------------------------------------------------------------
+
+def test_unknown_failure_names_its_first_real_error_line_not_cpp_frames():
+    first = diagnose_files([LOGS / "torchrun_cpp_frames.log"])[0]
+    assert first.code == "unknown" and first.rank == 1
+    assert first.line == "[rank1]: RuntimeError: shape '[4, 16]' is invalid for input of size 240"
+    assert "frame #" not in first.cause and "#4 " not in first.cause
+    (plain,) = diagnose_files([LOGS / "unknown_plain_traceback.log"])
+    assert plain.line == "KeyError: 'video'" and plain.line_no == 10
+
+
+def test_a_failed_rank_without_its_output_still_gets_a_diagnosis():
+    node1_only = ("meshrun: rank 9 on node 1 (gpu-b) exited with code 3\n"
+                  "meshrun:   logs: logs/r/rank9.log\n")
+    (d,) = diagnose_text(node1_only)
+    assert (d.code, d.rank, d.host, d.line_no) == ("unknown", 9, "gpu-b", 1)
+    assert d.cause.endswith("rank 9 on node 1 (gpu-b) exited with code 3")
+
+
+# --- output -------------------------------------------------------------------------------------
+
+def test_json_shape():
+    result = diagnose_files([LOGS / "torchrun_sigkill.log"])
+    data = json.loads(json.dumps(to_json(result)))
+    assert list(data) == ["diagnoses"]
+    for item in data["diagnoses"]:
+        assert {"code", "cause", "fix", "rank", "host", "line"} <= set(item)
+    assert data["diagnoses"][0]["code"] == "host-oom-killed"
+    assert data["diagnoses"][0]["rank"] == 1 and data["diagnoses"][0]["line_no"] == 50
+
+
+def test_render_text_one_sentence_per_code():
+    text = render_text(diagnose_files([LOGS / "torchrun_duplicate_gpu.log"]))
+    assert text.count("\n") == 0
+    assert text.startswith("ranks 0-1 on dgx-03: two ranks on one GPU — ranks 0 and 1 use "
+                           "the same GPU")
+    assert "; fix: call torch.cuda.set_device(int(os.environ['LOCAL_RANK']))" in text
+    assert render_text([]) == "no known failure found in these logs"
+
+
+def test_secrets_in_log_lines_are_redacted():
+    log = ("Traceback (most recent call last):\n"
+           '  File "fetch.py", line 3, in <module>\n'
+           "OSError: cannot fetch https://alice:s3cret-pw@hub.example.com/taehv.pt "
+           "with HF_TOKEN=hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345\n")
+    (d,) = diagnose_text(log)
+    for secret in ("s3cret-pw", "hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345"):
+        assert secret not in d.line and secret not in d.cause
+    assert "https://alice:<redacted>@hub.example.com" in d.line
+
+
+# --- input errors and invariants ----------------------------------------------------------------
+
+def test_missing_log_file_is_one_line_with_a_fix(tmp_path):
+    with pytest.raises(UsageError) as err:
+        diagnose_files([tmp_path / "node0.log"])
+    line = err.value.line()
+    assert line.startswith("meshrun: error: log file ") and "does not exist; fix: " in line
+    with pytest.raises(UsageError, match="holds no"):
+        diagnose_files([tmp_path])
+
+
+def test_diagnosis_is_validated():
+    with pytest.raises(ValueError, match="kebab"):
+        Diagnosis(code="CUDA OOM", cause="c", fix="f")
+    with pytest.raises(ValueError, match="rank"):
+        Diagnosis(code="cuda-oom", cause="c", fix="f", rank=-1)
+
+
+def test_docs_table_lists_every_code():
+    doc = (ROOT / "docs" / "diagnose.md").read_text()
+    for code in diagnose.codes():
+        assert f"| `{code}` |" in doc, code
+
+
+def test_import_does_not_import_torch():
+    code = ("import meshrun.diagnose, meshrun.redact, sys; "
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
