@@ -168,6 +168,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--checkpoint-dir", metavar="DIR", default="checkpoints",
                    help="where checkpoints will go, for the free-space check")
 
+    dg = sub.add_parser("diagnose", help="explain failures in logs (files or run folders)")
+    dg.add_argument("--json", action="store_true", help="print the diagnoses as JSON")
+    _job_flags(dg)
+
     b = sub.add_parser("bench", help="all-reduce / all-gather bandwidth across the job's nodes")
     _node_flags(b)
     _bench_flags(b)
@@ -260,6 +264,8 @@ def _dispatch(args: argparse.Namespace, command: list[str] | None, is_module: bo
         return _bench(args, cmd)
     if args.verb == "doctor":
         return _doctor(args)
+    if args.verb == "diagnose":
+        return _diagnose(args, command)
     if args.verb == "render":
         return _render(args, command, is_module)
     job, cmd = job_input(args, cmd)
@@ -420,6 +426,35 @@ def _read_deepspeed(path: str, plan, job_dict) -> None:
     check_deepspeed_config(data, plan, job_dict, source=f"--deepspeed {path}")
 
 
+def _diagnose(args: argparse.Namespace, paths: list[str] | None) -> int:
+    from .diagnose import diagnose_files, render_text, to_json
+
+    if not paths:
+        raise UsageError("'meshrun diagnose' needs log files or a run's log folder",
+                         hint="meshrun diagnose logs/<run-id>  (or: meshrun diagnose a.log b.log)")
+    job = None
+    if args.config or args.set or args.recipe:
+        from . import config, recipes
+
+        file_data = config.load_file(args.config) if args.config else None
+        sets = config.parse_sets(args.set) if args.set else {}
+        if args.recipe:
+            sets["recipe"] = args.recipe
+        name = config.recipe_name(file_data, sets)
+        defaults = recipes.get(name).defaults if name else None
+        world = int(os.environ.get("MESHRUN_DIAGNOSE_WORLD_SIZE", "1"))
+        job = config.resolve(recipe_defaults=defaults, file_data=file_data, sets=sets,
+                             world_size=world, nproc_per_node=world, nnodes=1, run_id="diagnose",
+                             config_path=args.config)
+    found = diagnose_files(paths, job=job)
+    if args.json:
+        print(json.dumps(to_json(found), indent=2))
+    else:
+        print(render_text(found) if found else "meshrun diagnose: no known failure signature "
+              "and no error line found")
+    return 0
+
+
 def _doctor(args: argparse.Namespace) -> int:
     from . import doctor
     from .errors import EXIT_STARTUP
@@ -480,16 +515,20 @@ def job_input(args: argparse.Namespace, cmd):
 
     Returns (JobInput or None, command): a recipe (``--recipe``, the config's ``recipe``
     key, or ``-m meshrun.recipes.<x>``) becomes the workers' command."""
-    from . import config, recipes
     from .plan import Command, JobInput
 
     if not any(getattr(args, name, None) for name in ("recipe", "config", "set",
                                                        "checkpoint_dir")):
-        by_module = [r for r in recipes.RECIPES.values()
-                     if cmd is not None and cmd.module and cmd.target == r.module]
+        if cmd is None or not cmd.module or not cmd.target.startswith("meshrun.recipes."):
+            return None, cmd  # a plain script: no job config (and no import of it)
+        from . import recipes
+
+        by_module = [r for r in recipes.RECIPES.values() if cmd.target == r.module]
         if not by_module:
             return None, cmd
         return JobInput(recipe_defaults=by_module[0].defaults), cmd
+    from . import config, recipes
+
     file_data = config.load_file(args.config) if args.config else None
     sets = config.parse_sets(args.set) if args.set else {}
     if args.checkpoint_dir:

@@ -58,13 +58,22 @@ def run(plan: LaunchPlan, *, max_restarts: int = 0, preflight: bool = True,
     router.install()
     try:
         print(describe(plan), flush=True)
+        from .bundle import write_start
+
+        write_start(plan, os.environ)
         for moved in router.moved:
             say(f"kept an earlier run's log as {moved}")
         try:
-            return _launch(plan, max_restarts, preflight, require_paths, supervision)
+            code = _launch(plan, max_restarts, preflight, require_paths, supervision)
         except MeshrunError as err:
             print(err.line(), file=sys.stderr, flush=True)
-            return err.exit_code
+            code = err.exit_code
+        from .logs import scrub_raw
+
+        scrub_raw(plan.log_dir, plan.node_rank)
+        if code != 0:
+            _explain(plan)
+        return code
     finally:
         router.close()
 
@@ -244,6 +253,16 @@ def _preflight(job: JobStore, plan: LaunchPlan, require_paths: tuple[str, ...]) 
     preflight.check(verdict)
     say(f"preflight: {plan.nnodes} nodes agree on code, versions, packages and devices "
         f"({time.monotonic() - started:.2f} s)")
+
+
+def _explain(plan: LaunchPlan) -> None:
+    """After a failure: meshrun diagnose over this node's logs, one sentence per cause."""
+    from .bundle import write_diagnosis
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    for line in write_diagnosis(plan):
+        print(f"meshrun: diagnosis: {line}", file=sys.stderr, flush=True)
 
 
 def _report_failure(plan: LaunchPlan, failed: Any) -> int:

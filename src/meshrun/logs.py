@@ -21,6 +21,8 @@ import threading
 import time
 from typing import Any, TextIO
 
+from .redact import redact_text
+
 RANK_PREFIX = "[rank${rank}]: "
 _RANK_LINE = re.compile(r"^\[rank(\d+)\]: ?(.*)$", re.S)
 # torch prefixes a worker's own traceback lines with "[rankN]:" too; say it once.
@@ -49,7 +51,7 @@ class _Tee(io.TextIOBase):
         self._pending = ""
 
     def write(self, text: str) -> int:
-        text = _DOUBLE_PREFIX.sub(r"\1", text)
+        text = redact_text(_DOUBLE_PREFIX.sub(r"\1", text))  # no secret on screen or in logs
         with self._router.lock:
             self._console.write(text)
             self._pending += text
@@ -162,3 +164,26 @@ def worker_logs_spec(run_dir: str, node_rank: int):
                             error_files=out["errors"])
 
     return _WorkerLogs()
+
+
+def scrub_raw(run_dir: str, node_rank: int) -> None:
+    """Redact secrets in torch's raw per-worker files of this node (written by torch itself,
+    before meshrun sees the lines): the bundle must not carry tokens or keys."""
+    root = os.path.join(run_dir, "raw")
+    if not os.path.isdir(root):
+        return
+    for session in os.listdir(root):
+        if not session.startswith(f"node{node_rank}-"):
+            continue
+        for folder, _, files in os.walk(os.path.join(root, session)):
+            for name in files:
+                path = os.path.join(folder, name)
+                try:
+                    with open(path, encoding="utf-8", errors="replace") as handle:
+                        text = handle.read()
+                    clean = redact_text(text)
+                    if clean != text:
+                        with open(path, "w", encoding="utf-8") as handle:
+                            handle.write(clean)
+                except OSError:
+                    continue

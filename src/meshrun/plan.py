@@ -474,7 +474,9 @@ def describe(plan: LaunchPlan) -> str:
     if plan.world_size_reading:
         rows.append(("WORLD_SIZE", plan.world_size_reading, ""))
     if plan.command:
-        rows.append(("command", plan.command.display(), ""))
+        from .redact import redact_argv
+
+        rows.append(("command", " ".join(redact_argv(plan.command.argv())), ""))
     width = max(len(key) for key, _, _ in rows)
     vwidth = min(24, max(len(value) for _, value, _ in rows))
     lines = [f"meshrun {plan.version}"]

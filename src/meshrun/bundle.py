@@ -1,0 +1,59 @@
+"""The log bundle: one folder per run to attach to a bug report.
+
+``<log-dir>/<run-id>/`` holds, per node ``k``:
+
+==========================  =====================================================
+``node<k>.log``             the launcher's log (banner, progress, failures)
+``rank<r>.log``             each rank's output (and ``raw/`` torch's own files)
+``plan.node<k>.json``       the plan and topology, with where each value came from
+``env.node<k>.json``        the launcher's environment, secrets redacted
+``diagnosis.node<k>.json``  when the run failed: ``meshrun diagnose``'s JSON
+``stacks/rank<r>.txt``      when the job hung: every thread's Python stack
+==========================  =====================================================
+
+Tokens, keys, passwords and credentials never reach these files: the env dump
+and the plan go through :mod:`meshrun.redact`, and the banner shows the
+command redacted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from .plan import LaunchPlan
+from .redact import redact_argv, redact_env, redact_text
+
+
+def write_start(plan: LaunchPlan, env: Mapping[str, str]) -> None:
+    """plan.node<k>.json and env.node<k>.json, written when the node starts."""
+    data = plan.to_json()
+    data["env"] = redact_env(data["env"])
+    if data.get("command"):
+        data["command"] = redact_argv(data["command"])
+    _write(plan, f"plan.node{plan.node_rank}.json", data)
+    _write(plan, f"env.node{plan.node_rank}.json", redact_env(env))
+
+
+def write_diagnosis(plan: LaunchPlan) -> list[str]:
+    """Diagnose this run's logs; write diagnosis.node<k>.json; return the sentences."""
+    from .diagnose import diagnose_files, render_text, to_json
+
+    try:
+        found = diagnose_files([plan.log_dir], job=plan.job)
+    except Exception as exc:  # noqa: BLE001 - a diagnosis must never hide the failure itself
+        return [f"(diagnosis failed: {redact_text(str(exc))[:200]})"]
+    _write(plan, f"diagnosis.node{plan.node_rank}.json", to_json(found))
+    text = render_text(found)
+    return [line for line in text.splitlines() if line.strip()]
+
+
+def _write(plan: LaunchPlan, name: str, data: Any) -> None:
+    try:
+        os.makedirs(plan.log_dir, exist_ok=True)
+        with open(os.path.join(plan.log_dir, name), "w") as handle:
+            json.dump(data, handle, indent=2, sort_keys=True, default=str)
+    except OSError:
+        pass  # the bundle is a help; a full disk must not turn into a second failure
