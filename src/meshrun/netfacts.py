@@ -221,26 +221,25 @@ def collect(master_addr: str, master_port: int = 0, *, env: Mapping[str, str] | 
                        extra_errors=errors, addresses_known=addrs is not None)
 
 
+def _names(folder: Path, what: str, errors: list[str]) -> list[str]:
+    """The sorted entries of a sysfs folder; an unreadable one becomes a line in ``errors``."""
+    try:
+        return sorted(p.name for p in folder.iterdir())
+    except OSError as exc:
+        errors.append(f"{what}: cannot list {folder}: {exc.strerror or exc}")
+        return []
+
+
 def read_sysfs(root: str | os.PathLike[str]) -> SysfsFacts:
     """Interfaces (without addresses), RDMA devices and the peermem module under ``root``."""
     base = Path(root)
     part = SysfsFacts()
     net = base / "class" / "net"
-    try:
-        names = sorted(p.name for p in net.iterdir())
-    except OSError as exc:
-        names = []
-        part.errors.append(f"network interfaces: cannot list {net}: {exc.strerror or exc}")
-    for name in names:
+    for name in _names(net, "network interfaces", part.errors):
         part.interfaces.append(_read_iface(net / name, name))
     ib = base / "class" / "infiniband"
     if ib.exists():
-        try:
-            devices = sorted(p.name for p in ib.iterdir())
-        except OSError as exc:
-            devices = []
-            part.errors.append(f"infiniband: cannot list {ib}: {exc.strerror or exc}")
-        for dev in devices:
+        for dev in _names(ib, "infiniband", part.errors):
             part.ib_devices.append(_read_ib_device(ib / dev, dev, part.errors))
     part.peermem = next((m for m in PEERMEM_MODULES if (base / "module" / m).exists()), "")
     return part
