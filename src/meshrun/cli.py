@@ -245,13 +245,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.verb is None:
             build_parser().print_help()
             return 2
-        return _dispatch(args, command, is_module)
+        return _exit_if_stuck(_dispatch(args, command, is_module))
     except MeshrunError as err:
         print(err.line(), file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt:
         print("meshrun: interrupted", file=sys.stderr)
         return 130
+
+
+def _exit_if_stuck(code: int) -> int:
+    """Exit at once when a store call of the watchdog is still stuck (its host vanished):
+    a daemon thread inside a C++ call at interpreter shutdown aborts the process (SIGABRT,
+    "terminate called without an active exception") and would hide ``code``."""
+    import threading
+
+    if any(t.name == "meshrun-store-calls" and t.is_alive() for t in threading.enumerate()):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 def _dispatch(args: argparse.Namespace, command: list[str] | None, is_module: bool) -> int:

@@ -103,6 +103,9 @@ def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
     os.environ.update(plan.env_dict())
     # The job's store, for meshrun.progress() in the workers (their MASTER_PORT is their own).
     os.environ["MESHRUN_STORE"] = f"{plan.master_addr}:{job.port}"
+    # torch's inner rendezvous would host a second, unused worker store in whichever agent
+    # it ranks 0; meshrun's handler publishes the workers' store itself (_worker_store_info).
+    os.environ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, launch_agent
@@ -119,7 +122,7 @@ def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
     say(f"starting {plan.nproc_per_node} worker(s): ranks "
         f"{plan.global_ranks[0]}-{plan.global_ranks[-1]} of {plan.world_size} "
         f"({time.monotonic() - started:.1f} s after start)")
-    dog = _start_watchdog(job, plan, supervision)
+    dog = _start_watchdog(job, plan, supervision, max_restarts)
     target = (["-m", plan.command.target] if plan.command.module
               else ["--", plan.command.target])
     status = "failed"
@@ -158,9 +161,17 @@ def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
     return 0
 
 
-def _start_watchdog(job: JobStore, plan: LaunchPlan, supervision: Supervision):
-    from .watchdog import Watchdog
+def _start_watchdog(job: JobStore, plan: LaunchPlan, supervision: Supervision,
+                    max_restarts: int = 0):
+    """Start this node's :class:`meshrun.watchdog.Watchdog` over the job's store.
 
+    Its ``on_event`` prints the event's line, then either stops the job (SIGTERM to this
+    process while torch's agent runs; stopped workers are SIGKILLed, they would ignore
+    SIGTERM) or, for a hang with restarts left on every node, SIGKILLs the hung attempt's
+    workers so the agent restarts them through the rendezvous."""
+    from .watchdog import Watchdog, resolve, shut_connections
+
+    store_addresses = resolve(plan.master_addr)  # now: no DNS after the network is gone
     hosts = {}
     for rank in range(plan.nnodes):
         try:
@@ -173,6 +184,17 @@ def _start_watchdog(job: JobStore, plan: LaunchPlan, supervision: Supervision):
         from .watchdog import process_state
 
         print(event.line, file=sys.stderr, flush=True)
+        if event.restart:
+            used = max_restarts - restarts_left()
+            print(f"meshrun: restarting node {plan.node_rank}'s workers after the hang "
+                  f"(restart {used + 1} of {max_restarts}); they resume through the "
+                  "rendezvous", file=sys.stderr, flush=True)
+            for pid in event.pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            return
         for pid in local_workers().values():  # a stopped worker would ignore SIGTERM for 30 s
             if process_state(pid) in ("T", "t"):
                 try:
@@ -181,11 +203,26 @@ def _start_watchdog(job: JobStore, plan: LaunchPlan, supervision: Supervision):
                     pass
         if AGENT_RUNNING.is_set():
             os.kill(os.getpid(), signal.SIGTERM)  # torch's agent stops the workers in order
+        if event.kind == "store-lost":
+            # torch's calls to the lost store may wait in recv() for TCP's timeout (~15 min)
+            # when its host vanished without closing the connections (a cut link, a frozen
+            # host): shut them, so those calls fail now and the agent can act on the SIGTERM.
+            shut_connections(job.port, store_addresses)
+
+    def restarts_left() -> int:
+        """What torch's agent has left, from its workers' TORCHELASTIC_* variables."""
+        env = _worker_env()
+        try:
+            return max(0, int(env[b"TORCHELASTIC_MAX_RESTARTS"])
+                       - int(env[b"TORCHELASTIC_RESTART_COUNT"]))
+        except (KeyError, ValueError):
+            return 0
 
     dog = Watchdog(host=plan.master_addr, port=job.port, node_rank=plan.node_rank,
                    nnodes=plan.nnodes, world_size=plan.world_size, hosts=hosts,
                    node_timeout=supervision.node_timeout, hang_timeout=supervision.hang_timeout,
-                   interval=supervision.interval, on_event=on_event, local_pids=local_workers)
+                   interval=supervision.interval, on_event=on_event, local_pids=local_workers,
+                   restarts_left=restarts_left)
     dog.start()
     return dog
 
@@ -209,25 +246,44 @@ def _report_event(event) -> int:
     return EXIT_HANG if event.kind == "hang" else EXIT_NODE_LOST
 
 
-def local_workers() -> dict[int, int]:
-    """rank -> pid of this process's worker children (read from /proc)."""
-    out: dict[int, int] = {}
+def _children() -> list[int]:
     me = os.getpid()
     try:
         with open(f"/proc/{me}/task/{me}/children") as handle:
-            children = [int(p) for p in handle.read().split()]
+            return [int(p) for p in handle.read().split()]
     except OSError:
-        return out
-    for pid in children:
+        return []
+
+
+def _environ(pid: int) -> dict[bytes, bytes]:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            return dict(item.split(b"=", 1) for item in handle.read().split(b"\0")
+                        if b"=" in item)
+    except (OSError, ValueError):
+        return {}
+
+
+def local_workers() -> dict[int, int]:
+    """rank -> pid of this process's worker children (read from /proc)."""
+    out: dict[int, int] = {}
+    for pid in _children():
+        env = _environ(pid)
         try:
-            with open(f"/proc/{pid}/environ", "rb") as handle:
-                env = dict(item.split(b"=", 1) for item in handle.read().split(b"\0")
-                           if b"=" in item)
             if b"RANK" in env:
                 out[int(env[b"RANK"])] = pid
-        except (OSError, ValueError):
+        except ValueError:
             continue
     return out
+
+
+def _worker_env() -> dict[bytes, bytes]:
+    """The environment of one of this process's workers (empty when there is none)."""
+    for pid in _children():
+        env = _environ(pid)
+        if b"RANK" in env:
+            return env
+    return {}
 
 
 def _preflight(job: JobStore, plan: LaunchPlan, require_paths: tuple[str, ...]) -> None:
@@ -314,11 +370,29 @@ def _register_backend(job: JobStore, plan: LaunchPlan) -> None:
     registry._registry[RDZV_BACKEND] = create  # re-registration across runs in one process
 
 
+def _worker_store_info(store: Any, plan: LaunchPlan) -> Any:
+    """Where this round's workers find their store: node 0 picks a free port on the master
+    address and publishes it under meshrun's own key in the round's (prefixed) store.
+
+    Not ``RendezvousStoreInfo.build``: that writes the keys torch's inner rendezvous writes
+    too, from *its* rank 0, which need not be our node 0 (ranks there follow the nodes'
+    descriptors). Two writers of one key let node 1 read the port node 0 later replaced, and
+    rank 0's store then waits for workers that went elsewhere until the process-group
+    timeout."""
+    from torch.distributed.elastic.rendezvous.api import RendezvousStoreInfo
+    from torch.distributed.elastic.utils.distributed import get_free_port
+
+    key = "meshrun/worker_store"
+    if plan.is_master:
+        store.set(key, f"{plan.master_addr} {get_free_port()}")
+    addr, port = store.get(key).decode().rsplit(" ", 1)
+    return RendezvousStoreInfo(addr, int(port))
+
+
 def _handler(job: JobStore, plan: LaunchPlan, params: Any) -> Any:
     from datetime import timedelta
 
-    from torch.distributed.elastic.rendezvous.api import (RendezvousHandler, RendezvousInfo,
-                                                          RendezvousStoreInfo)
+    from torch.distributed.elastic.rendezvous.api import RendezvousHandler, RendezvousInfo
     from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import (
         C10dRendezvousBackend)
     from torch.distributed.elastic.rendezvous.dynamic_rendezvous import (
@@ -350,10 +424,8 @@ def _handler(job: JobStore, plan: LaunchPlan, params: Any) -> Any:
             if info.world_size != plan.nnodes:
                 raise RuntimeError(f"rendezvous formed with {info.world_size} nodes, "
                                    f"expected {plan.nnodes}")
-            bootstrap = RendezvousStoreInfo.build(
-                plan.node_rank, info.store, local_addr=plan.master_addr if plan.is_master
-                else None)
-            return RendezvousInfo(info.store, plan.node_rank, plan.nnodes, bootstrap)
+            return RendezvousInfo(info.store, plan.node_rank, plan.nnodes,
+                                  _worker_store_info(info.store, plan))
 
         def is_closed(self) -> bool:
             return inner.is_closed()

@@ -52,6 +52,13 @@ def test_two_runs_with_the_seeds_variables(tmp_path):
     assert len({r["run_id"] for r in reports(node0 + node1)}) == 1
 
 
+def _error_line(stderr: str) -> str:
+    """The one ``meshrun: error:`` line (the diagnosis comes after it)."""
+    errors = [line for line in stderr.splitlines() if line.startswith("meshrun: error:")]
+    assert len(errors) == 1, stderr[-3000:]
+    return errors[0]
+
+
 def test_missing_node_stops_with_the_master_address(tmp_path):
     port = str(free_port())
     started = time.monotonic()
@@ -60,8 +67,9 @@ def test_missing_node_stops_with_the_master_address(tmp_path):
     assert done.returncode == 3
     assert time.monotonic() - started < 60
     assert "waiting for nodes: 1/2 joined" in done.stdout
-    error = done.stderr.strip().splitlines()[-1]
+    error = _error_line(done.stderr)
     assert f"127.0.0.1:{port}" in error and "missing node ranks: 1" in error and "fix:" in error
+    assert "meshrun: diagnosis: " in done.stderr  # the automatic diagnosis follows it
 
 
 def test_unreachable_master_names_address_and_port(tmp_path):
@@ -69,7 +77,7 @@ def test_unreachable_master_names_address_and_port(tmp_path):
     done = meshrun("run", "--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1",
                    "--master-port", port, "--join-timeout", "2", "--", REPORT, cwd=tmp_path)
     assert done.returncode == 3
-    error = done.stderr.strip().splitlines()[-1]
+    error = _error_line(done.stderr)
     assert f"127.0.0.1:{port}" in error and "did not answer" in error
 
 
