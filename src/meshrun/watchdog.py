@@ -12,17 +12,25 @@ or frozen store host cannot block it) and, every ``interval`` seconds:
   which hosts it — is lost, and the survivors say so;
 - reads the workers' progress (``meshrun/progress/<rank>``, written
   by :func:`meshrun.progress`). Once any rank has reported progress, no rank
-  advancing for ``hang_timeout`` seconds is a **hang**: node 0 names the stuck
-  ranks (those behind the others; when all report the same step, the ones
-  whose process is stopped or did not answer the stack dump), publishes
-  ``meshrun/hang``, and every node dumps its workers' Python stacks
-  (SIGUSR1 -> ``stacks/rank<R>.txt``) and stops them.
+  advancing for ``hang_timeout`` seconds is a **hang**: node 0 asks every node
+  to probe its workers (``hang_probe/<g>``); each dumps their Python stacks
+  (SIGUSR1 -> ``stacks/rank<R>.txt``), looks at their process state and
+  answers with the suspicious ranks and the restarts its agent has left
+  (``stuck/<g>/<node>``); node 0 names the stuck ranks (those behind the
+  others; when all report the same step, the ones whose process is stopped or
+  did not answer the stack dump) and publishes the verdict ``hang/<g>``, with
+  ``restart`` true when every node still has a restart left.
 
-On an event the watchdog records it (:attr:`Watchdog.event`) and stops the
-workers: for node loss and hangs without restarts left it sends SIGTERM to its
-own process, which torch's agent turns into an orderly shutdown of the workers;
-with restarts left (a hang) it kills only the workers, so the elastic agent
-restarts them through the rendezvous.
+Every node acts on the same verdict. Without restarts it records the event
+(:attr:`Watchdog.event`) and its ``on_event`` stops the job: SIGTERM to its
+own process, which torch's agent turns into an orderly shutdown of the
+workers. With restarts it kills only the workers it probed (the hung
+attempt's), so each node's elastic agent sees a failure and restarts them
+through the rendezvous; the watchdog keeps running, appends the event to
+:attr:`Watchdog.restarts`, and judges the next attempt afresh: the hang keys
+are keyed by a generation ``<g>`` (the number of hangs handled so far, the
+same on every node), and progress values left by the hung attempt do not
+count until a rank of the new attempt reports.
 
 The one-line messages are :func:`node_lost_line` and :func:`hang_line`;
 ``meshrun diagnose`` recognises them.
@@ -58,10 +66,15 @@ def hang_line(stuck: Sequence[tuple[int, int, str]], seconds: float) -> str:
 
 @dataclass
 class Event:
+    """What the watchdog found. ``restart``: a hang handled by restarting the workers
+    (``pids``: this node's workers of the hung attempt, to be killed)."""
+
     kind: str  # "node-lost" | "store-lost" | "hang"
     line: str
     node: int | None = None
     stuck: list = field(default_factory=list)
+    restart: bool = False
+    pids: tuple[int, ...] = ()
 
 
 def in_collective(stack_dump: str) -> bool:
@@ -86,6 +99,134 @@ def _size(path: str) -> int:
         return 0
 
 
+class BoundedStore:
+    """A TCPStore client whose calls give up after ``timeout`` seconds.
+
+    TCPStore's client waits in ``recv()`` without a deadline for ``check``, ``set``,
+    ``add`` and ``compare_set``: when the store's host vanishes without closing the
+    connection (a cut link, a frozen host) such a call would block for TCP's
+    retransmission timeout (~15 min). Calls here run one at a time on a daemon thread;
+    the caller waits at most ``timeout``. After a call timed out the store counts as
+    broken: later calls fail at once (:class:`TimeoutError`) until the stuck call returns.
+    """
+
+    def __init__(self, store: Any, timeout: float) -> None:
+        import queue
+
+        self._store, self.timeout = store, timeout
+        self._requests: Any = queue.SimpleQueue()
+        self._stuck = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="meshrun-store-calls",
+                                        daemon=True)
+        self._thread.start()
+
+    def close(self, timeout: float) -> bool:
+        """Let the calling thread end once the calls before have returned, and drop the
+        connection; True when it ended within ``timeout`` (False: a call is still stuck)."""
+        self._requests.put(None)
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            return False
+        self._store = None  # the client's destructor closes the connection, here
+        return True
+
+    def _serve(self) -> None:
+        while True:
+            request = self._requests.get()
+            if request is None:
+                return
+            call, box, done = request
+            if done.is_set():  # the caller gave up already
+                continue
+            try:
+                box["value"] = call()
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                box["error"] = exc
+            self._stuck.clear()
+            done.set()
+
+    def _call(self, name: str, *args: Any) -> Any:
+        if self._stuck.is_set():
+            raise TimeoutError(f"an earlier store call has not returned; {name} not sent")
+        box: dict[str, Any] = {}
+        done = threading.Event()
+        self._requests.put((lambda: getattr(self._store, name)(*args), box, done))
+        if not done.wait(self.timeout):
+            self._stuck.set()
+            done.set()  # withdraws this request if it has not started
+            raise TimeoutError(f"store {name} did not return within {self.timeout:.0f} s")
+        if "error" in box:
+            raise box["error"]
+        return box.get("value")
+
+    def set(self, key: str, value: str) -> None:
+        self._call("set", key, value)
+
+    def get(self, key: str) -> bytes:
+        return self._call("get", key)
+
+    def check(self, keys: list[str]) -> bool:
+        return self._call("check", keys)
+
+    def add(self, key: str, amount: int) -> int:
+        return self._call("add", key, amount)
+
+    def multi_get(self, keys: list[str]) -> list[bytes]:
+        return self._call("multi_get", keys)
+
+
+def shut_connections(port: int, addresses: Sequence[str] = ()) -> int:
+    """Shut down (``shutdown(SHUT_RDWR)``) this process's TCP connections to ``port`` on one of
+    ``addresses`` (any address if empty); returns how many.
+
+    For a lost store host: torch's own clients of the job's store (the agent's rendezvous)
+    may be blocked in ``recv()`` on a connection whose peer vanished without closing it;
+    after the shutdown that ``recv()`` returns, torch raises, and the agent stops in order.
+    Linux only (reads ``/proc/self/fd``); elsewhere it does nothing."""
+    import socket
+
+    try:
+        fds = os.listdir("/proc/self/fd")
+    except OSError:
+        return 0
+    count = 0
+    for name in fds:
+        try:
+            if not os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
+                continue
+            sock = socket.socket(fileno=os.dup(int(name)))
+        except (OSError, ValueError):
+            continue
+        try:
+            if sock.type == socket.SOCK_STREAM:
+                host, peer_port = sock.getpeername()[:2]
+                host = host.removeprefix("::ffff:")  # IPv4 on a dual-stack socket
+                if peer_port == port and (not addresses or host in addresses):
+                    sock.shutdown(socket.SHUT_RDWR)
+                    count += 1
+        except OSError:
+            pass  # not connected
+        finally:
+            sock.close()  # closes the duplicate only
+    return count
+
+
+def resolve(host: str) -> tuple[str, ...]:
+    """The addresses ``host`` resolves to (itself if it does not resolve)."""
+    import socket
+
+    try:
+        return tuple({info[4][0] for info in socket.getaddrinfo(host, None)}) or (host,)
+    except OSError:
+        return (host,)
+
+
+def restart_verdict(restarts_left: Mapping[int, int], nnodes: int) -> bool:
+    """Pure: restart after a hang only when every node answered the probe with a restart left
+    (a node without one would stop instead, and the others would wait for it in vain)."""
+    return all(restarts_left.get(node, 0) > 0 for node in range(nnodes))
+
+
 def stuck_ranks(progress: Mapping[int, int], stopped: Sequence[int] = (),
                 silent: Sequence[int] = ()) -> list[int]:
     """Pure: the ranks to blame for a hang.
@@ -104,7 +245,8 @@ class Watchdog(threading.Thread):
     def __init__(self, *, host: str, port: int, node_rank: int, nnodes: int, world_size: int,
                  hosts: Mapping[int, str], node_timeout: float, hang_timeout: float,
                  interval: float = 1.0, on_event: Callable[[Event], None],
-                 local_pids: Callable[[], Mapping[int, int]] = dict) -> None:
+                 local_pids: Callable[[], Mapping[int, int]] = dict,
+                 restarts_left: Callable[[], int] = lambda: 0) -> None:
         super().__init__(name="meshrun-watchdog", daemon=True)
         self.host, self.port = host, port
         self.node_rank, self.nnodes, self.world_size = node_rank, nnodes, world_size
@@ -112,28 +254,45 @@ class Watchdog(threading.Thread):
         self.node_timeout, self.hang_timeout, self.interval = node_timeout, hang_timeout, interval
         self.on_event = on_event
         self.local_pids = local_pids  # rank -> pid of this node's workers
-        self.event: Event | None = None
-        self._stop = threading.Event()
+        self.restarts_left = restarts_left  # restarts this node's agent has left
+        self.event: Event | None = None  # the event that stops the job
+        self.restarts: list[Event] = []  # hangs handled by restarting the workers
+        self._halt = threading.Event()
         self._store: Any = None
-        self._probed = False
+        self._patience = max(2.0, interval * 3)  # how long one store call may take
+        self._gen = 0                    # hangs handled so far (the same on every node)
+        self._probed: dict[int, int] = {}  # rank -> pid probed for the current generation
+        self._probed_gen = -1
+        self._stale: dict[int, bytes] = {}  # progress values left by the hung attempt
 
     # -- lifecycle --------------------------------------------------------------------------
     def stop(self, status: str = "done") -> None:
-        """Say goodbye (so others do not count this node as lost) and stop the thread."""
-        self._stop.set()
-        try:
-            if self._store is not None:
-                self._store.set(f"{PREFIX}done/{self.node_rank}", status)
-        except Exception:  # noqa: BLE001 - the store may be gone; nothing to tell then
-            pass
+        """Say goodbye (so others do not count this node as lost), stop the thread and close
+        the store connection.
 
-    def run(self) -> None:  # noqa: C901 - one loop, commented
+        Waits for the thread and its store calls (bounded by the store's patience): a
+        daemon thread still inside a C++ store call when the interpreter exits aborts the
+        process ("terminate called without an active exception")."""
+        self._halt.set()
+        if self.is_alive() and threading.current_thread() is not self:
+            self.join(self.interval + self._patience + 1.0)
+        store = self._store
+        if store is None:
+            return
+        try:
+            store.set(f"{PREFIX}done/{self.node_rank}", status)
+        except Exception:  # noqa: BLE001, S110 - the store may be gone; nothing to tell then
+            pass
+        store.close(self._patience)
+
+    def run(self) -> None:
         from torch.distributed import TCPStore
 
+        patience = self._patience
         try:
-            self._store = TCPStore(self.host, self.port, is_master=False,
-                                   timeout=timedelta(seconds=max(2.0, self.interval * 3)),
-                                   wait_for_workers=False)
+            self._store = BoundedStore(TCPStore(self.host, self.port, is_master=False,
+                                                timeout=timedelta(seconds=patience),
+                                                wait_for_workers=False), patience)
         except Exception:  # noqa: BLE001
             self._store = None
         beats = 0
@@ -141,7 +300,7 @@ class Watchdog(threading.Thread):
         progress_seen: dict[int, tuple[bytes, float]] = {}
         store_ok_at = time.monotonic()
         started = time.monotonic()
-        while not self._stop.wait(self.interval):
+        while not self._halt.wait(self.interval):
             now = time.monotonic()
             try:
                 if self._store is None:
@@ -170,28 +329,36 @@ class Watchdog(threading.Thread):
                         rank, self.hosts.get(rank, "?"), age, store_host=rank == 0),
                         node=rank))
                     return
-            if self.hang_timeout > 0 and self._check_hang(now, progress_seen):
-                return
+            try:
+                if self.hang_timeout > 0 and self._check_hang(now, progress_seen):
+                    return
+            except Exception:  # noqa: BLE001, S112 - the store broke mid-check: the next beat says so
+                continue
 
     # -- hangs ------------------------------------------------------------------------------
+    def _key(self, name: str) -> str:
+        """``meshrun/<name>/<generation>``: each handled hang gets fresh keys."""
+        return f"{PREFIX}{name}/{self._gen}"
+
     def _check_hang(self, now: float, progress_seen: dict[int, tuple[bytes, float]]) -> bool:
         """Node 0 watches progress; on a hang every node probes its own workers (stack dump,
-        process state) and node 0 names the stuck ranks."""
+        process state) and node 0 names the stuck ranks. True when the job stops."""
         store = self._store
-        if store.check([f"{PREFIX}hang"]):
-            data = json.loads(store.get(f"{PREFIX}hang"))
-            store.add(f"{PREFIX}hang_seen", 1)
-            self._fire(Event("hang", data["line"], stuck=data["stuck"]))
-            return True
-        if store.check([f"{PREFIX}hang_probe"]) and not self._probed:
-            self._probed = True
-            store.set(f"{PREFIX}stuck/{self.node_rank}", json.dumps(self._probe_local()))
+        if store.check([self._key("hang")]):
+            data = json.loads(store.get(self._key("hang")))
+            pids = self._hung_pids()
+            store.add(self._key("hang_seen"), 1)
+            return self._verdict(data, pids, progress_seen)
+        if store.check([self._key("hang_probe")]) and self._probed_gen != self._gen:
+            store.set(self._key(f"stuck/{self.node_rank}"), json.dumps(self._probe_local()))
         if self.node_rank != 0:
             return False
         keys = [f"{PREFIX}progress/{r}" for r in range(self.world_size)]
         values = {r: self._get_or_empty(k) for r, k in enumerate(keys)}
+        # After a restart, what the hung attempt left counts as silence.
+        values = {r: b"" if v and self._stale.get(r) == v else v for r, v in values.items()}
         if not any(values.values()):
-            return False  # nobody reports progress: hang detection is off
+            return False  # nobody reports progress (yet): hang detection is off
         for rank, value in values.items():
             if value and (rank not in progress_seen or progress_seen[rank][0] != value):
                 progress_seen[rank] = (value, now)
@@ -199,37 +366,61 @@ class Watchdog(threading.Thread):
         if now - last < self.hang_timeout:
             return False
         # Probe every node (including this one), then combine.
-        store.set(f"{PREFIX}hang_probe", "1")
-        self._probed = True
-        store.set(f"{PREFIX}stuck/0", json.dumps(self._probe_local()))
-        probes: dict[int, list] = {}
+        store.set(self._key("hang_probe"), "1")
+        store.set(self._key("stuck/0"), json.dumps(self._probe_local()))
+        probes: dict[int, dict] = {}
         deadline = time.monotonic() + 5.0
         while time.monotonic() < deadline and len(probes) < self.nnodes:
             for node in range(self.nnodes):
-                key = f"{PREFIX}stuck/{node}"
+                key = self._key(f"stuck/{node}")
                 if node not in probes and store.check([key]):
                     probes[node] = json.loads(store.get(key))
             time.sleep(0.1)
-        flagged = sorted({int(r) for found in probes.values() for r, _ in found})
+        flagged = sorted({int(r) for found in probes.values() for r, _ in found["stuck"]})
         steps = {r: int(v.split()[0]) for r, v in values.items() if v}
         silent = [r for r, v in values.items() if not v]
         stuck = flagged or stuck_ranks(steps, silent=silent)
         nproc = self.world_size // self.nnodes
         who = [(r, r // nproc, self.hosts.get(r // nproc, "?")) for r in stuck]
-        line = hang_line(who, now - last)
-        store.set(f"{PREFIX}hang", json.dumps({"line": line, "stuck": who}))
-        # This node hosts the store: let every node read the verdict before stopping.
+        restart = restart_verdict({n: p["restarts_left"] for n, p in probes.items()},
+                                  self.nnodes)
+        data = {"line": hang_line(who, now - last), "stuck": who, "restart": restart}
+        store.set(self._key("hang"), json.dumps(data))
+        # Let every node read the verdict before this one (the store's host) may stop.
         deadline = time.monotonic() + 3 * self.interval + 2.0
-        while store.add(f"{PREFIX}hang_seen", 0) < self.nnodes - 1 and \
+        while store.add(self._key("hang_seen"), 0) < self.nnodes - 1 and \
                 time.monotonic() < deadline:
             time.sleep(0.05)
-        self._fire(Event("hang", line, stuck=who))
-        return True
+        return self._verdict(data, self._hung_pids(), progress_seen)
 
-    def _probe_local(self) -> list[tuple[int, str]]:
-        """Dump this node's workers' stacks; return [(rank, why)] for the ones that look stuck:
-        stopped (state T), not answering the dump, or not inside a collective."""
+    def _verdict(self, data: dict, pids: Mapping[int, int],
+                 progress_seen: dict[int, tuple[bytes, float]]) -> bool:
+        """Act on node 0's verdict: stop (True), or restart and start a new generation."""
+        event = Event("hang", data["line"], stuck=data["stuck"],
+                      restart=bool(data.get("restart")), pids=tuple(sorted(pids.values())))
+        if not event.restart:
+            self._fire(event)
+            return True
+        self.restarts.append(event)
+        self.on_event(event)
+        self._gen += 1
+        progress_seen.clear()
+        if self.node_rank == 0:
+            keys = [f"{PREFIX}progress/{r}" for r in range(self.world_size)]
+            self._stale = {r: self._get_or_empty(k) for r, k in enumerate(keys)}
+        return False
+
+    def _hung_pids(self) -> dict[int, int]:
+        """This node's workers of the hung attempt: the ones probed, else those alive now."""
+        return dict(self._probed) if self._probed_gen == self._gen else dict(self.local_pids())
+
+    def _probe_local(self) -> dict:
+        """Dump this node's workers' stacks. Returns ``{"stuck": [(rank, why)], "restarts_left":
+        n}``: the ranks that look stuck (stopped (state T), not answering the dump, or not
+        inside a collective) and the restarts this node's agent has left."""
         pids = dict(self.local_pids())
+        self._probed, self._probed_gen = pids, self._gen
+        left = self.restarts_left() if pids else 0
         folder = os.environ.get("MESHRUN_LOG_DIR", ".")
         sizes = {r: _size(os.path.join(folder, "stacks", f"rank{r}.txt")) for r in pids}
         for pid in pids.values():
@@ -253,7 +444,7 @@ class Watchdog(threading.Thread):
                 dump = handle.read()
             if not in_collective(dump):
                 out.append((rank, "not in a collective"))
-        return out
+        return {"stuck": out, "restarts_left": left}
 
     def others_done(self) -> bool:
         """Every other node has said goodbye (finished or failed, but not lost)."""
@@ -265,6 +456,7 @@ class Watchdog(threading.Thread):
 
     # -- helpers ----------------------------------------------------------------------------
     def _fire(self, event: Event) -> None:
+        """A job-stopping event: record it, then let ``on_event`` stop the workers."""
         self.event = event
         self.on_event(event)
 

@@ -1,7 +1,9 @@
 """Failures on two real node agents on loopback: a killed agent, a lost store host, a hang,
 SIGTERM. Each test starts `meshrun run` twice (node 0 and node 1) with short timeouts."""
 
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -9,10 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import SCRIPTS, clean_env, free_port
+from helpers import SCRIPTS, clean_env, free_port, meshrun
 
 pytestmark = pytest.mark.slow
 LOOP = str(SCRIPTS / "loop.py")
+HANG_ONCE = str(SCRIPTS / "hang_first_attempt.py")
 
 
 def _alive(pid: int) -> bool:
@@ -23,7 +26,8 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _start(tmp_path: Path, *extra: str, env_extra: dict | None = None, nproc: int = 2):
+def _start(tmp_path: Path, *extra: str, env_extra: dict | None = None, nproc: int = 2,
+           script: str = LOOP):
     port = str(free_port())
     env = clean_env(LOOP_DIR=str(tmp_path), **(env_extra or {}))
     procs = []
@@ -32,7 +36,7 @@ def _start(tmp_path: Path, *extra: str, env_extra: dict | None = None, nproc: in
         procs.append(subprocess.Popen(
             [sys.executable, "-m", "meshrun", "run", "--nnodes", "2", "--node-rank", str(rank),
              "--master-addr", "127.0.0.1", "--master-port", port, "--run-id", "fail",
-             "--nproc-per-node", str(nproc), "--no-preflight", *extra, "--", LOOP],
+             "--nproc-per-node", str(nproc), "--no-preflight", *extra, "--", script],
             cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT))
     deadline = time.monotonic() + 90
     while len(list(tmp_path.glob("pid.*"))) < 2 * nproc:
@@ -151,3 +155,129 @@ def test_killing_simulate_leaves_no_node_agent_or_worker(tmp_path):
     while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not any(_alive(pid) for pid in pids)
+
+
+def test_hang_with_a_restart_left_restarts_every_node_and_the_job_finishes(tmp_path):
+    """Rank 1 hangs in the first attempt only; --max-restarts 1: one hang line, a restart of
+    every node's workers through the rendezvous, exit 0 on both nodes."""
+    procs, pids = _start(tmp_path, "--node-timeout", "30", "--hang-timeout", "4",
+                         "--max-restarts", "1", script=HANG_ONCE,
+                         env_extra={"HANG_RANK": "1", "HANG_AT_STEP": "20", "LOOP_STEPS": "60"})
+    try:
+        rcs = [p.wait(timeout=120) for p in procs]
+        outs = [(tmp_path / f"node{k}.out").read_text() for k in (0, 1)]
+        assert rcs == [0, 0], (rcs, outs[0][-3000:], outs[1][-3000:])
+        for k, out in enumerate(outs):
+            hung = [line for line in out.splitlines() if "job hung" in line]
+            assert len(hung) == 1, out[-3000:]
+            assert "stuck: rank 1 on node 0 (" in hung[0], hung
+            assert f"restarting node {k}'s workers after the hang (restart 1 of 1)" in out
+        attempts = sorted((tmp_path / "attempts").read_text().splitlines())
+        assert attempts == [f"attempt {a} rank {r}" for a in (0, 1) for r in range(4)]
+    finally:
+        pids.update({int(p.name.split(".")[1]) + 10: int(p.read_text())
+                     for p in tmp_path.glob("pid.*")})  # the second attempt's workers too
+        _cleanup(procs, pids)
+
+
+# --- checkpoints and restarts -------------------------------------------------------------
+
+CKPT_KILL = str(SCRIPTS / "ckpt_kill.py")
+
+
+def test_kill_during_a_checkpoint_save_keeps_the_previous_one_and_the_rerun_resumes(tmp_path):
+    """Rank 1 dies (SIGKILL) while step-3 is being written: step-3 stays without .metadata,
+    step-2 stays the newest complete checkpoint and loads bit for bit in the rerun, which
+    replaces the partial step-3."""
+    from meshrun import checkpoint as ckpt
+
+    folder = tmp_path / "ckpt"
+    partial = folder / "step-3"
+    args = ("simulate", "--nodes", "2", "--nproc-per-node", "1", "--run-id", "ck", "--",
+            CKPT_KILL)
+    env = {"CKPT_DIR": str(folder), "STEPS": "3", "SAVE_AT": "2,3"}
+    killed = meshrun(*args, env=clean_env(**env, KILL_AT_SAVE="3"), cwd=tmp_path, timeout=180)
+    out = killed.stdout + killed.stderr
+    assert killed.returncode != 0, out[-3000:]
+    assert "rank 1 on node 1 (" in out and "was killed by SIGKILL" in out, out[-3000:]
+    assert list(partial.glob("*.distcp")), "the kill came before any shard was written"
+    assert not (partial / ".metadata").exists()
+    found = ckpt.parse_listing(ckpt.listing(str(folder)))
+    assert found == [ckpt.Found(2, "step-2", True), ckpt.Found(3, "step-3", False)]
+    assert ckpt.newest_complete(found) == ckpt.Found(2, "step-2", True)
+    saved = re.search(r"checksum after step 2: (\S+)", out).group(1)
+
+    rerun = meshrun(*args, env=clean_env(**env), cwd=tmp_path, timeout=180, check_rc=0)
+    out = rerun.stdout + rerun.stderr
+    assert f"resumed from step 2 ({folder / 'step-2'})" in out, out[-3000:]
+    assert f"checksum after resume: {saved}" in out  # the model and optimizer as saved
+    assert (f"removing incomplete {partial} (no .metadata: an interrupted save) before "
+            "saving step 3 again") in out
+    assert "trained to step 3" in out
+    assert (partial / ".metadata").is_file()
+
+
+def _workers_under(pid: int) -> dict[int, int]:
+    """rank -> pid of the meshrun workers among ``pid``'s descendants."""
+    out: dict[int, int] = {}
+    todo = [pid]
+    while todo:
+        current = todo.pop()
+        try:
+            with open(f"/proc/{current}/task/{current}/children") as handle:
+                todo += [int(p) for p in handle.read().split()]
+            with open(f"/proc/{current}/environ", "rb") as handle:
+                env = dict(i.split(b"=", 1) for i in handle.read().split(b"\0") if b"=" in i)
+            with open(f"/proc/{current}/cmdline", "rb") as handle:
+                worker = b"meshrun._worker" in handle.read()
+        except OSError:
+            continue
+        if worker and b"RANK" in env:
+            out[int(env[b"RANK"])] = current
+    return out
+
+
+def test_recipe_with_a_restart_resumes_from_the_newest_checkpoint_after_a_killed_worker(
+        tmp_path):
+    """mlp-tp on 2 nodes x 1, --max-restarts 1; rank 1 is SIGKILLed mid-run: every node's
+    workers restart through the rendezvous, resume from the newest complete checkpoint
+    (losing at most one checkpoint interval) and finish."""
+    from meshrun import checkpoint as ckpt
+
+    interval, steps = 10, 120
+    with open(tmp_path / "out", "w") as log:
+        sim = subprocess.Popen(
+            [sys.executable, "-m", "meshrun", "simulate", "--nodes", "2", "--nproc-per-node",
+             "1", "--run-id", "rr", "--max-restarts", "1", "--recipe", "mlp-tp",
+             "--set", f"train.steps={steps}", "--set", "train.log_every=1",
+             "--set", f"checkpoint.interval={interval}"],
+            cwd=tmp_path, env=clean_env(), stdout=log, stderr=subprocess.STDOUT)
+    metrics = tmp_path / "logs" / "rr" / "metrics.jsonl"
+    try:
+        deadline = time.monotonic() + 120
+        logged = 0
+        while logged < 45:
+            assert time.monotonic() < deadline and sim.poll() is None, \
+                (tmp_path / "out").read_text()[-3000:]
+            time.sleep(0.05)
+            lines = metrics.read_text().splitlines() if metrics.exists() else []
+            logged = json.loads(lines[-1])["step"] if lines else 0
+        os.kill(_workers_under(sim.pid)[1], signal.SIGKILL)
+        # No checkpoint completes after the kill: rank 0 writes .metadata only once every
+        # rank's shards are down.
+        newest = ckpt.newest_complete(ckpt.parse_listing(ckpt.listing(
+            str(tmp_path / "checkpoints" / "rr")))).step
+        rc = sim.wait(timeout=180)
+        out = (tmp_path / "out").read_text()
+        assert rc == 0, out[-3000:]
+        assert newest % interval == 0 and logged - interval <= newest <= steps, (logged, newest)
+        assert f"resumed from step {newest} (checkpoints/rr/step-{newest})" in out, out[-3000:]
+        assert "rank 1 on node 1" not in out  # restarted, not reported as the job's failure
+        records = [json.loads(line) for line in metrics.read_text().splitlines()]
+        after = [r["step"] for r in records if r["step"] > newest][-(steps - newest):]
+        assert after == list(range(newest + 1, steps + 1))  # every step after the resume
+    finally:
+        if sim.poll() is None:
+            sim.kill()
+        for pid in _workers_under(sim.pid).values():
+            os.kill(pid, signal.SIGKILL)
