@@ -255,12 +255,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _exit_if_stuck(code: int) -> int:
-    """Exit at once when a store call of the watchdog is still stuck (its host vanished):
-    a daemon thread inside a C++ call at interpreter shutdown aborts the process (SIGABRT,
-    "terminate called without an active exception") and would hide ``code``."""
+    """Exit at once when a thread would stop or spoil the interpreter's exit.
+
+    - a store call of the watchdog still stuck (its host vanished): a daemon thread inside
+      a C++ call at interpreter shutdown aborts the process (SIGABRT, "terminate called
+      without an active exception") and would hide ``code``;
+    - any other non-daemon thread still running, such as torch's ``TailLog`` readers that
+      its agent leaves running when a second signal interrupts its shutdown: the
+      interpreter would wait for them forever, and the node's agent would linger after
+      its workers are gone."""
     import threading
 
-    if any(t.name == "meshrun-store-calls" and t.is_alive() for t in threading.enumerate()):
+    main = threading.main_thread()
+    if any(t.is_alive() and t is not main and (t.name == "meshrun-store-calls" or not t.daemon)
+           for t in threading.enumerate()):
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)

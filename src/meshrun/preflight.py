@@ -271,11 +271,13 @@ def exchange(store: Any, plan: LaunchPlan, mine: Mapping[str, Any], *,
     if plan.node_rank == 0:
         keys = [f"{KEY}fp/{r}" for r in range(plan.nnodes)]
         store.wait(keys, wait)
-        prints = {r: json.loads(store.get(k)) for r, k in enumerate(keys)}
+        # One round trip each for N fingerprints and N - 1 clock offsets.
+        prints = {r: json.loads(v) for r, v in enumerate(store.multi_get(keys))}
         store.set(f"{KEY}t0", repr(time.time()))
         offsets_keys = [f"{KEY}offset/{r}" for r in range(1, plan.nnodes)]
         store.wait(offsets_keys, wait)
-        offsets = {r: float(store.get(f"{KEY}offset/{r}")) for r in range(1, plan.nnodes)}
+        offsets = {r: float(v) for r, v in zip(range(1, plan.nnodes),
+                                                store.multi_get(offsets_keys))}
         verdict = compare(prints, offsets)
         store.set(f"{KEY}verdict", json.dumps(verdict.to_json()))
         # Node 0 hosts the store: on a mismatch it must not exit (closing the store) before

@@ -11,19 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import SCRIPTS, clean_env, free_port, meshrun
+from helpers import SCRIPTS, alive, clean_env, free_port, meshrun
 
 pytestmark = pytest.mark.slow
 LOOP = str(SCRIPTS / "loop.py")
 HANG_ONCE = str(SCRIPTS / "hang_first_attempt.py")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def _start(tmp_path: Path, *extra: str, env_extra: dict | None = None, nproc: int = 2,
@@ -64,16 +56,16 @@ def test_sigkilled_agent_takes_its_workers_and_the_survivor_names_it(tmp_path):
         killed_at = time.monotonic()
         procs[1].kill()                                    # SIGKILL node 1's agent
         deadline = time.monotonic() + 5
-        while any(_alive(pids[r]) for r in (2, 3)) and time.monotonic() < deadline:
+        while any(alive(pids[r]) for r in (2, 3)) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert not any(_alive(pids[r]) for r in (2, 3)), "node 1's workers outlived its agent"
+        assert not any(alive(pids[r]) for r in (2, 3)), "node 1's workers outlived its agent"
         rc = procs[0].wait(timeout=40)
         took = time.monotonic() - killed_at
         out = (tmp_path / "node0.out").read_text()
         assert rc == 4, out[-3000:]
         assert took < 30
         assert "meshrun: node 1 (" in out and "is lost: last heartbeat" in out, out[-3000:]
-        assert not any(_alive(pids[r]) for r in (0, 1))
+        assert not any(alive(pids[r]) for r in (0, 1))
     finally:
         _cleanup(procs, pids)
 
@@ -131,9 +123,9 @@ def test_sigterm_stops_a_node_and_its_workers_quickly(tmp_path):
         rc0 = procs[0].wait(timeout=30)
         assert rc0 == 128 + signal.SIGTERM
         deadline = time.monotonic() + 5
-        while any(_alive(pids[r]) for r in (0, 1)) and time.monotonic() < deadline:
+        while any(alive(pids[r]) for r in (0, 1)) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert not any(_alive(pids[r]) for r in (0, 1))
+        assert not any(alive(pids[r]) for r in (0, 1))
         assert time.monotonic() - start < 15
     finally:
         _cleanup(procs, pids)
@@ -148,13 +140,24 @@ def test_killing_simulate_leaves_no_node_agent_or_worker(tmp_path):
     while len(list(tmp_path.glob("pid.*"))) < 2:
         assert time.monotonic() < deadline and sim.poll() is None
         time.sleep(0.2)
-    pids = [int(p.read_text()) for p in tmp_path.glob("pid.*")]
-    sim.kill()
-    sim.wait()
-    deadline = time.monotonic() + 20
-    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not any(_alive(pid) for pid in pids)
+    workers = [int(p.read_text()) for p in tmp_path.glob("pid.*")]
+    with open(f"/proc/{sim.pid}/task/{sim.pid}/children") as handle:
+        agents = [int(p) for p in handle.read().split()]
+    assert len(agents) == 2
+    try:
+        sim.kill()
+        sim.wait()
+        deadline = time.monotonic() + 20
+        while any(alive(pid) for pid in workers + agents) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(alive(pid) for pid in workers), "a worker outlived simulate"
+        assert not any(alive(pid) for pid in agents), "a node agent outlived simulate"
+    finally:
+        for pid in workers + agents:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
 
 
 def test_hang_with_a_restart_left_restarts_every_node_and_the_job_finishes(tmp_path):

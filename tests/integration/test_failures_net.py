@@ -16,19 +16,11 @@ import sys
 import time
 
 import pytest
-from helpers import ROOT, SCRIPTS, clean_env, free_port
+from helpers import ROOT, SCRIPTS, alive, clean_env, free_port
 
 pytestmark = pytest.mark.slow
 HOSTS = ROOT / "tests" / "cluster" / "mpi_two_hosts.sh"
 LOOP = str(SCRIPTS / "loop.py")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def _sh(*args, check: bool = True) -> subprocess.CompletedProcess:
@@ -92,9 +84,9 @@ def test_cut_link_each_side_names_the_other(two_hosts, tmp_path):
         assert "meshrun: node 0 (h1), which hosts the job's store, is lost" in out1, out1[-3000:]
         assert took1 < 30
         deadline = time.monotonic() + 10
-        while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert not any(_alive(pid) for pid in pids), "a worker outlived its node"
+        assert not any(alive(pid) for pid in pids), "a worker outlived its node"
     finally:
         _sh("ip", "-n", "mr-h2", "link", "set", "eth0", "up", check=False)
         for p in procs:
