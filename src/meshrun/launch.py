@@ -228,9 +228,13 @@ def _start_watchdog(job: JobStore, plan: LaunchPlan, supervision: Supervision,
 
 
 def _await_event(dog, supervision: Supervision, poll: float = 0.2):
-    """After a worker failure: was a node lost? Wait until the watchdog says so, or every
-    other node has said goodbye, or the node timeout (plus a beat) has passed."""
-    deadline = time.monotonic() + supervision.node_timeout + 2 * supervision.interval
+    """After a worker failure: was a node lost? The watchdog now counts ``suspicion``
+    seconds of silence as lost (:meth:`Watchdog.suspect`); wait until it says so, or every
+    other node has said goodbye, or that time (plus two beats) has passed: then every
+    other node is alive and the failure is the workers' own."""
+    suspicion = min(supervision.node_timeout, max(5.0, 3 * supervision.interval))
+    dog.suspect(suspicion)
+    deadline = time.monotonic() + suspicion + 2 * supervision.interval
     while time.monotonic() < deadline:
         if dog.event is not None:
             return dog.event

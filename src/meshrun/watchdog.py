@@ -252,6 +252,7 @@ class Watchdog(threading.Thread):
         self.node_rank, self.nnodes, self.world_size = node_rank, nnodes, world_size
         self.hosts = dict(hosts)
         self.node_timeout, self.hang_timeout, self.interval = node_timeout, hang_timeout, interval
+        self._limit = node_timeout  # silence that makes a node lost (see suspect())
         self.on_event = on_event
         self.local_pids = local_pids  # rank -> pid of this node's workers
         self.restarts_left = restarts_left  # restarts this node's agent has left
@@ -285,6 +286,13 @@ class Watchdog(threading.Thread):
             pass
         store.close(self._patience)
 
+    def suspect(self, seconds: float) -> None:
+        """A local worker just failed (a collective broke): count a node as lost after only
+        ``seconds`` of silence instead of ``node_timeout``. A live node's agent beats every
+        ``interval`` whatever its workers do, so a short silence now means a dead node, and
+        the survivors can name it in seconds rather than wait out the full timeout."""
+        self._limit = min(self.node_timeout, seconds)
+
     def run(self) -> None:
         from torch.distributed import TCPStore
 
@@ -314,7 +322,7 @@ class Watchdog(threading.Thread):
                         if self._store.check([f"{PREFIX}done/{r}"])}
                 store_ok_at = now
             except Exception:  # noqa: BLE001 - the store host is gone or frozen
-                if self.node_rank != 0 and now - store_ok_at >= self.node_timeout:
+                if self.node_rank != 0 and now - store_ok_at >= self._limit:
                     self._fire(Event("store-lost", node_lost_line(
                         0, self.hosts.get(0, "?"), now - store_ok_at, store_host=True), node=0))
                     return
@@ -324,7 +332,7 @@ class Watchdog(threading.Thread):
                     seen[rank] = (value, now)
             for rank in range(self.nnodes):
                 age = now - seen.get(rank, (b"", started))[1]
-                if rank != self.node_rank and rank not in done and age >= self.node_timeout:
+                if rank != self.node_rank and rank not in done and age >= self._limit:
                     self._fire(Event("node-lost", node_lost_line(
                         rank, self.hosts.get(rank, "?"), age, store_host=rank == 0),
                         node=rank))

@@ -70,6 +70,24 @@ def test_sigkilled_agent_takes_its_workers_and_the_survivor_names_it(tmp_path):
         _cleanup(procs, pids)
 
 
+def test_after_a_broken_collective_a_silent_node_is_named_before_the_node_timeout(tmp_path):
+    """Default --node-timeout (15 s): node 1 dies, node 0's workers fail on the broken
+    collective, and node 0 names node 1 after 5 s of silence (Watchdog.suspect), not 15."""
+    procs, pids = _start(tmp_path, "--hang-timeout", "0")
+    try:
+        time.sleep(1.0)
+        killed_at = time.monotonic()
+        procs[1].kill()                         # its workers follow (PDEATHSIG)
+        rc = procs[0].wait(timeout=40)
+        took = time.monotonic() - killed_at
+        out = (tmp_path / "node0.out").read_text()
+        assert rc == 4, out[-3000:]
+        age = float(re.search(r"node 1 \(.*\) is lost: last heartbeat ([\d.]+) s ago", out)[1])
+        assert 5 <= age < 10 and took < 13, (age, took, out[-3000:])
+    finally:
+        _cleanup(procs, pids)
+
+
 def test_lost_store_host_is_named_by_the_survivor(tmp_path):
     procs, pids = _start(tmp_path, "--node-timeout", "5", "--hang-timeout", "0")
     try:
