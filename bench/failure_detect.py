@@ -100,14 +100,6 @@ def signal_node(proc: subprocess.Popen, sig: int) -> None:
             pass
 
 
-def kill_session(proc: subprocess.Popen) -> None:
-    for sig in (signal.SIGCONT, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except OSError:
-            pass
-
-
 def one(launcher: str, scenario: str, cap: float) -> dict:
     with tempfile.TemporaryDirectory(prefix="failbench-") as tmp:
         folder = Path(tmp)
@@ -122,6 +114,7 @@ def one(launcher: str, scenario: str, cap: float) -> dict:
                 procs.append(subprocess.Popen(argv(launcher, node, port, scenario), cwd=tmp,
                                               env=env, stdout=out, stderr=subprocess.STDOUT,
                                               stdin=subprocess.DEVNULL, start_new_session=True))
+        workers: dict[int, int] = {}
         try:
             deadline = time.monotonic() + 120
             while len(list(folder.glob("pid.*"))) < 2:
@@ -160,9 +153,8 @@ def one(launcher: str, scenario: str, cap: float) -> dict:
             for proc in procs:
                 signal_node(proc, signal.SIGCONT)
                 signal_node(proc, signal.SIGKILL)
-                kill_session(proc)
                 proc.wait()
-            for pid in locals().get("workers", {}).values():
+            for pid in workers.values():  # orphans are no longer in their agent's tree
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except OSError:

@@ -48,6 +48,7 @@ class Supervision:
     node_timeout: float = 15.0   # a node silent this long is lost
     hang_timeout: float = 300.0  # no rank progressing this long is a hang (0: off)
     interval: float = 1.0        # heartbeat period
+    suspicion: float = 5.0       # after a local worker failure, a node silent this long is lost
 
 
 def run(plan: LaunchPlan, *, max_restarts: int = 0, preflight: bool = True,
@@ -232,7 +233,7 @@ def _await_event(dog, supervision: Supervision, poll: float = 0.2):
     seconds of silence as lost (:meth:`Watchdog.suspect`); wait until it says so, or every
     other node has said goodbye, or that time (plus two beats) has passed: then every
     other node is alive and the failure is the workers' own."""
-    suspicion = min(supervision.node_timeout, max(5.0, 3 * supervision.interval))
+    suspicion = min(supervision.node_timeout, max(supervision.suspicion, 3 * supervision.interval))
     dog.suspect(suspicion)
     deadline = time.monotonic() + suspicion + 2 * supervision.interval
     while time.monotonic() < deadline:
