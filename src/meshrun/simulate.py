@@ -34,7 +34,7 @@ PLATFORM_NAMES = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "NNODES", "NODE_RANK", "NP
 # MESHRUN_ variables that are not node flags and mean the same on every node.
 KEEP_MESHRUN = ("MESHRUN_MAX_RESTARTS", "MESHRUN_SYSFS_ROOT", "MESHRUN_JOB_CONFIG",
                 "MESHRUN_PG_TIMEOUT", "MESHRUN_CHECKPOINT_DIR", "MESHRUN_NODE_TIMEOUT",
-                "MESHRUN_HANG_TIMEOUT", "MESHRUN_STOP_AFTER_STEP")
+                "MESHRUN_HANG_TIMEOUT", "MESHRUN_STOP_AFTER_STEP", "MESHRUN_PEAK_FLOPS")
 
 
 def node_env(env: Mapping[str, str]) -> dict[str, str]:

@@ -5,6 +5,8 @@ one resume onto 2 ranks, and the autoencoder's defaults.
 """
 
 import json
+import math
+import re
 import shutil
 import subprocess
 import sys
@@ -114,6 +116,27 @@ def test_autoencoder_psnr_rises(tmp_path):
         "step-20", "step-40"]
 
 
+def test_bf16_autocast_and_mfu_on_cpu(tmp_path):
+    """The GPU defaults' code path, on CPU: bf16 autocast under TP + FSDP2, and MFU
+    against a peak given by MESHRUN_PEAK_FLOPS (no GPU name to look up here)."""
+    env = clean_env(MESHRUN_PEAK_FLOPS="1e12")
+    done = meshrun("simulate", "--nodes", "1", "--nproc-per-node", "2", "--run-id", "bf16",
+                   "--recipe", "mlp-tp", "--set", "parallel.tp=2", "--set", "train.steps=8",
+                   "--set", "train.log_every=1", "--set", "parallel.mixed_precision=bf16",
+                   env=env, cwd=tmp_path, timeout=240, check_rc=0)
+    out = done.stdout
+    assert "FLOPs per sample (fwd+bwd), bf16 autocast" in out
+    assert "MFU against MESHRUN_PEAK_FLOPS=1e12" in out
+    flops = int(re.search(r"parameters, ([\d,]+) FLOPs per sample", out)[1].replace(",", ""))
+    recs = records(tmp_path, "bf16")
+    assert [r["step"] for r in recs] == list(range(1, 9))
+    for r in recs:  # 32 samples a step (dp 1), 2 devices of 1 TFLOP/s
+        assert r["mfu"] == pytest.approx(flops * 32 / r["step_time_s"] / 2e12)
+        assert f"| MFU: {r['mfu']:.1%}" in out
+    assert all(math.isfinite(r["loss"]) for r in recs)
+    assert recs[-1]["loss"] < recs[0]["loss"]
+
+
 # --- init_distributed without a launcher ----------------------------------------------------
 
 SCRIPT = """
@@ -154,6 +177,15 @@ def test_init_distributed_bad_env_is_one_line(tmp_path, env, words):
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("meshrun: error: ") and "fix: " in lines[0]
     assert all(w in lines[0] for w in words), lines[0]
+
+
+def test_recipe_refuses_a_bad_peak_in_one_line(tmp_path):
+    done = python(tmp_path, clean_env(MESHRUN_PEAK_FLOPS="fast"), "-m", "meshrun.recipes.mlp_tp")
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        "meshrun: error: MESHRUN_PEAK_FLOPS='fast' is not a positive number"), lines
+    assert "Step 1/" not in done.stdout
 
 
 def test_recipe_refuses_a_bad_job_config_in_one_line(tmp_path):

@@ -25,20 +25,24 @@ Metrics (one JSON object per logged step)::
 runs can be compared exactly); ``step_time_s`` the mean over the steps since
 the previous record, leaving out the run's first step (start-up, lazy init)
 unless it is the only one, in which case the record has ``"first_step": true``;
-``samples_per_s`` = samples per step (all ranks) / ``step_time_s``; ``mfu`` (GPU
-only) = model FLOPs per step / step time / (world size x the GPU's dense bf16
+``samples_per_s`` = samples per step (all ranks) / ``step_time_s``; ``mfu``
+= model FLOPs per step / step time / (world size x the device's dense bf16
 peak), with the FLOPs counted once by ``torch.utils.flop_counter`` on the
-meta device. A resumed run appends to the same file.
+meta device. The peak comes from ``MESHRUN_PEAK_FLOPS`` (FLOP/s per device,
+e.g. ``989e12``) when set — for a GPU missing from :data:`PEAK_BF16_FLOPS`, or
+to report MFU on a CPU — else from the table by the CUDA device name; with
+neither, records carry no ``mfu``. A resumed run appends to the same file.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,6 +71,41 @@ def peak_flops(device_name: str) -> float | None:
         if key.lower() in device_name.lower():
             return flops
     return None
+
+
+def device_peak(device: torch.device, env: Mapping[str, str]) -> tuple[float | None, str]:
+    """The dense bf16 peak FLOP/s of one device for the MFU, and where it came from.
+
+    ``MESHRUN_PEAK_FLOPS`` wins (a positive number, else a :class:`UsageError`
+    naming it); then the table by CUDA device name; a CPU, or a GPU not in the
+    table, gives ``(None, why)``.
+    """
+    raw = env.get("MESHRUN_PEAK_FLOPS", "").strip()
+    if raw:
+        try:
+            value = float(raw)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or value <= 0:
+            raise UsageError(f"MESHRUN_PEAK_FLOPS={raw!r} is not a positive number",
+                             subject="MESHRUN_PEAK_FLOPS",
+                             hint="give the device's dense bf16 peak in FLOP/s, e.g. "
+                                  "MESHRUN_PEAK_FLOPS=989e12 for an H100 SXM, or unset it")
+        return value, f"MESHRUN_PEAK_FLOPS={raw}"
+    if device.type != "cuda":
+        return None, "no MFU on a CPU unless MESHRUN_PEAK_FLOPS is set"
+    name = torch.cuda.get_device_name(device)
+    peak = peak_flops(name)
+    if peak is None:
+        return None, (f"no bf16 peak known for {name!r}: MFU left out of the metrics "
+                      "(set MESHRUN_PEAK_FLOPS to the peak in FLOP/s to have it)")
+    return peak, f"{name}, {peak / 1e12:g} TFLOP/s bf16 dense"
+
+
+def mfu(flops_per_sample: float, samples_per_step: int, step_time_s: float, peak: float,
+        devices: int) -> float:
+    """Model FLOPs utilisation: achieved FLOP/s over ``devices`` x ``peak``."""
+    return flops_per_sample * samples_per_step / step_time_s / (peak * devices)
 
 
 def count_flops(build: Callable[[], torch.nn.Module], sample: Callable[[], Any],
@@ -223,9 +262,14 @@ def train(job: Job, info: RankInfo, work: Workload) -> list[dict[str, Any]]:
     t, c = job.train, job.checkpoint
     last = min(t.steps, t.stop_after) if t.stop_after else t.steps
     model, opt = work.model, work.optimizer
+    peak, source = device_peak(info.device, os.environ)
     for note in job.notes:
         say(info, f"note: {note}")
     say(info, job.describe())
+    if peak is not None and work.flops_per_sample:
+        say(info, f"MFU against {source}")
+    elif info.device.type == "cuda":
+        say(info, f"note: {source}")
 
     # --- resume -------------------------------------------------------------------------
     start = 0
@@ -263,12 +307,6 @@ def train(job: Job, info: RankInfo, work: Workload) -> list[dict[str, Any]]:
 
     # --- steps --------------------------------------------------------------------------
     metrics = MetricsLog(job.log_dir, info.is_main)
-    peak = None
-    if info.device.type == "cuda":
-        name = torch.cuda.get_device_name(info.device)
-        peak = peak_flops(name)
-        if peak is None:
-            say(info, f"note: no bf16 peak known for {name!r}: MFU left out of the metrics")
     records: list[dict[str, Any]] = []
     window: list[float] = []          # step times since the last record
     first_step = start + 1
@@ -308,8 +346,8 @@ def train(job: Job, info: RankInfo, work: Workload) -> list[dict[str, Any]]:
                 }
                 record.update(work.extra(mean_loss))
                 if peak and work.flops_per_sample:
-                    record["mfu"] = (work.flops_per_sample * job.effective_batch / step_time
-                                     / (peak * info.world_size))
+                    record["mfu"] = mfu(work.flops_per_sample, job.effective_batch,
+                                        step_time, peak, info.world_size)
                 if marked:
                     record["first_step"] = True
                 window = []
