@@ -4,6 +4,7 @@
     python bench/recipe_overhead.py --case core --case checkpoints --case clip --repeats 5
     python bench/recipe_overhead.py --nodes 2 --nproc-per-node 2    # under meshrun simulate
     python bench/recipe_overhead.py --gpu                # on a GPU node: bf16 MFU, autoencoder
+    python bench/recipe_overhead.py --gpu --rehearse     # --gpu's code path on 2 CPU ranks
 
 What runs. Each repeat starts the ``mlp-tp`` recipe and ``bench/plain_mlp_tp.py`` under
 the same launcher (default ``meshrun run --nproc-per-node 4``: dp 2 x tp 2; with
@@ -54,7 +55,10 @@ its config), with the recipe's MFU (metrics.jsonl) and the plain loop's MFU (the
 FLOPs over its time); the CPU time one rank spends making one step's synthetic batch
 (measured here, in this process); and the ``autoencoder`` recipe's samples/s and MFU in
 bf16 (``--ae-set``). These numbers have not been measured yet (no GPU was available when
-this was written).
+this was written). ``--gpu --rehearse`` runs that whole path on this machine's CPU — two
+ranks, tiny models (``REHEARSAL_*``), ``MESHRUN_PEAK_FLOPS=1e12`` standing in for a GPU's
+peak — so that the script is known to work before GPU time is spent on it; its figures
+mean nothing (tests/integration/test_bench.py runs it).
 
 Output: a Markdown table, the exact commands of one repeat, and with ``--json FILE`` all
 raw numbers.
@@ -96,6 +100,12 @@ GPU_MLP_SETS = ("model.dim=512", "model.hidden=32768", "model.depth=16",
 GPU_AE_SETS = ("model.frames=16", "model.size=64", "model.channels=64",
                "train.per_device_batch=16", "train.steps=60", "train.log_every=10",
                "parallel.mixed_precision=bf16", "checkpoint.interval=0")
+# --rehearse: the GPU jobs shrunk to a few seconds on two CPU ranks (after the GPU sets).
+REHEARSAL_MLP_SETS = ("model.dim=64", "model.hidden=256", "model.depth=2",
+                      "train.per_device_batch=16", "train.steps=8", "train.log_every=2")
+REHEARSAL_AE_SETS = ("model.frames=4", "model.size=16", "model.channels=8",
+                     "train.per_device_batch=2", "train.steps=6", "train.log_every=2")
+REHEARSAL_PEAK = "1e12"
 DROP_PREFIXES = ("MESHRUN_", "PET_", "TORCHELASTIC_", "SLURM_", "OMPI_", "PMI_", "PMIX_")
 DROP_NAMES = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
               "MASTER_PORT", "NODE_RANK", "NNODES", "GROUP_RANK"}
@@ -471,6 +481,9 @@ def main() -> None:
     parser.add_argument("--keep-failed", default="", metavar="DIR",
                         help="copy the log folder of every failed or stuck run here")
     parser.add_argument("--gpu", action="store_true", help="the GPU benchmark (meshrun run)")
+    parser.add_argument("--rehearse", action="store_true",
+                        help="--gpu: run its code path on 2 CPU ranks with tiny models (checks "
+                             "the script; the figures mean nothing)")
     parser.add_argument("--gpu-set", action="append", default=[], metavar="KEY=VALUE",
                         help="--gpu: overrides for the large mlp-tp job")
     parser.add_argument("--ae-set", action="append", default=[], metavar="KEY=VALUE",
@@ -487,21 +500,29 @@ def main() -> None:
         scratch = Path(tmp)
         meshrun = [sys.executable, "-m", "meshrun"]
         if args.gpu:
-            import torch
+            small_mlp, small_ae = (), ()
+            if args.rehearse:
+                gpus, result["device"] = 2, "2 x CPU (rehearsal: figures mean nothing)"
+                small_mlp, small_ae = REHEARSAL_MLP_SETS, REHEARSAL_AE_SETS
+            else:
+                import torch
 
-            gpus = torch.cuda.device_count()
-            if not gpus:
-                raise SystemExit("--gpu: no CUDA device visible here")
-            result["device"] = f"{gpus} x {torch.cuda.get_device_name(0)}"
+                gpus = torch.cuda.device_count()
+                if not gpus:
+                    raise SystemExit("--gpu: no CUDA device visible here (--rehearse runs "
+                                     "this path on the CPU)")
+                result["device"] = f"{gpus} x {torch.cuda.get_device_name(0)}"
             runner = Runner([*meshrun, "run", "--nproc-per-node", str(gpus)], scratch,
                             args.max_busy, args.warmup, args.run_timeout,
                             keep_failed=args.keep_failed, max_foreign=args.max_foreign)
+            if args.rehearse:
+                runner.env["MESHRUN_PEAK_FLOPS"] = REHEARSAL_PEAK
             tp = ("parallel.tp=2",) if gpus % 2 == 0 else ("parallel.tp=1",)
-            sets = (*GPU_MLP_SETS, *tp, *args.set, *args.gpu_set)
+            sets = (*GPU_MLP_SETS, *tp, *small_mlp, *args.set, *args.gpu_set)
             print(f"gpu-mlp on {result['device']}: {' '.join(sets)}", flush=True)
             result["rows"].append(compare(runner, "gpu-mlp", sets, max(1, args.repeats // 2)))
             result["data_ms_per_step_per_rank"] = data_cost_ms(sets)
-            ae = (*GPU_AE_SETS, *args.ae_set)
+            ae = (*GPU_AE_SETS, *small_ae, *args.ae_set)
             result["autoencoder"] = [runner.run("gpu-ae", "autoencoder", ae) for _ in range(2)]
             result["autoencoder_sets"] = list(ae)
         else:
