@@ -3,6 +3,7 @@
     meshrun plan     [NODE FLAGS] [--json] [-- SCRIPT ARGS...]
     meshrun run      [NODE FLAGS] [-- SCRIPT ARGS... | -m MODULE ARGS...]
     meshrun simulate --nodes N [--nproc-per-node M] [FLAGS] -- SCRIPT ARGS...
+    meshrun report   RUN_DIR [RUN_DIR...] [--baseline RUN_DIR] [--json]
 
 Node flags (each also a ``MESHRUN_<NAME>`` variable; a flag wins):
 --nnodes, --node-rank, --nproc-per-node, --master-addr, --master-port,
@@ -169,8 +170,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where checkpoints will go, for the free-space check")
 
     dg = sub.add_parser("diagnose", help="explain failures in logs (files or run folders)")
+    dg.add_argument("paths", nargs="*", metavar="LOG", help="log files or run log folders")
     dg.add_argument("--json", action="store_true", help="print the diagnoses as JSON")
     _job_flags(dg)
+
+    rp = sub.add_parser("report", help="what runs achieved (samples/s, MFU) and how "
+                                       "throughput scaled between them")
+    rp.add_argument("paths", nargs="*", metavar="RUN_DIR", help="run log folders")
+    rp.add_argument("--baseline", metavar="RUN_DIR",
+                    help="the run the others are compared with (default: the smallest world)")
+    rp.add_argument("--json", action="store_true", help="print the report as JSON")
 
     b = sub.add_parser("bench", help="all-reduce / all-gather bandwidth across the job's nodes")
     _node_flags(b)
@@ -198,7 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
 _VALUE_OPTIONS = {*NODE_FLAGS, "--nodes", "--max-restarts", "--require-path", "--sizes",
                   "--iters", "--recipe", "--config", "--set", "--checkpoint-dir",
                   "--node-timeout", "--hang-timeout", "-o", "--output", "--deepspeed",
-                  "--env", *RENDER_FLAGS}
+                  "--env", "--baseline", *RENDER_FLAGS}
 
 
 def split_command(argv: Sequence[str]) -> tuple[list[str], list[str] | None, bool]:
@@ -233,6 +242,24 @@ def split_command(argv: Sequence[str]) -> tuple[list[str], list[str] | None, boo
     return options, None, False
 
 
+def split_paths(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """``diagnose``/``report``: (the verb and its options, the paths), options anywhere;
+    after ``--`` every word is a path."""
+    options, paths = [argv[0]], []
+    rest = iter(argv[1:])
+    for token in rest:
+        if token == "--":
+            paths += rest
+        elif token.startswith("-"):
+            options.append(token)
+            value = next(rest, None) if token in _VALUE_OPTIONS and "=" not in token else None
+            if value is not None:
+                options.append(value)
+        else:
+            paths.append(token)
+    return options, paths
+
+
 def flags_from(args: argparse.Namespace) -> Flags:
     return Flags(**{name: getattr(args, name, None) for name in Flags.__dataclass_fields__})
 
@@ -240,8 +267,12 @@ def flags_from(args: argparse.Namespace) -> Flags:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        options, command, is_module = split_command(argv)
-        args = build_parser().parse_args(options)
+        if argv[:1] in (["diagnose"], ["report"]):  # paths, options anywhere among them
+            options, command = split_paths(argv)
+            args, is_module = build_parser().parse_args(options), False
+        else:
+            options, command, is_module = split_command(argv)
+            args = build_parser().parse_args(options)
         if args.verb is None:
             build_parser().print_help()
             return 2
@@ -287,6 +318,12 @@ def _dispatch(args: argparse.Namespace, command: list[str] | None, is_module: bo
         return _doctor(args)
     if args.verb == "diagnose":
         return _diagnose(args, command)
+    if args.verb == "report":
+        from .report import render_text, report
+
+        found = report(command or [], baseline=args.baseline)
+        print(json.dumps(found.to_json(), indent=2) if args.json else render_text(found))
+        return 0
     if args.verb == "render":
         return _render(args, command, is_module)
     job, cmd = job_input(args, cmd)

@@ -8,6 +8,7 @@ import json
 import math
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 
@@ -59,6 +60,19 @@ def test_mlp_tp_mesh_lines_metrics_and_falling_loss(mlp):
         assert "mfu" not in r                                               # CPU: no MFU
     assert recs[-1]["loss"] < 0.8 * recs[0]["loss"]
     assert "Step 12/12 | Loss: " in out
+
+
+def test_report_reads_the_real_run(mlp):
+    """meshrun report on the log folder a simulated 2 x 2 run left."""
+    cwd, _, _, _ = mlp
+    done = meshrun("report", "--json", "logs/full", cwd=cwd, check_rc=0)
+    run, = json.loads(done.stdout)["runs"]
+    recs = records(cwd, "full")
+    steady = [r["samples_per_s"] for r in recs if not r.get("first_step")]
+    assert (run["world_size"], run["nnodes"], run["nproc_per_node"]) == (4, 2, 2)
+    assert run["recipe"] == "mlp-tp" and run["effective_batch"] == 64 and run["device"] == "cpu"
+    assert run["samples_per_s"] == statistics.median(steady)
+    assert run["loss"] == recs[-1]["loss"] and run["steps"] == [1, 12]
 
 
 def test_stopped_and_resumed_run_matches_the_uninterrupted_one_exactly(mlp):

@@ -403,3 +403,15 @@ def test_import_does_not_import_torch():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, check=False)
     assert done.returncode == 0, done.stderr
+
+
+def test_cli_takes_options_after_the_paths(capsys):
+    """`meshrun diagnose logs/x --json` once read --json as a log file name."""
+    from meshrun.cli import main
+
+    log = str(LOGS / "meshrun_port_in_use.log")
+    assert main(["diagnose", log, "--json"]) == 0
+    found = json.loads(capsys.readouterr().out)["diagnoses"]
+    assert [d["code"] for d in found] == [d.code for d in diagnose_files([log])]
+    assert main(["diagnose", "--", log]) == 0
+    assert capsys.readouterr().out == render_text(diagnose_files([log])) + "\n"

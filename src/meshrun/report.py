@@ -1,0 +1,233 @@
+"""``meshrun report``: what runs achieved, and how throughput scaled between them.
+
+    meshrun report logs/run-8gpu logs/run-16gpu [--baseline logs/run-8gpu] [--json]
+
+The seeds promise figures (seed 004: 1.7-1.9x from one node to two; seed 001: 6-7x
+from 8 to 64 GPUs); this command checks such a promise from two runs' log folders.
+Pure and torch-free: it reads what a run left in its log folder,
+
+* ``plan.node<k>.json`` (the lowest ``k`` there): world size, nodes, processes per node,
+  device, GPU names, the recipe and its effective batch;
+* ``metrics.jsonl`` (rank 0 of a recipe, :mod:`meshrun.recipes._loop`): one record per
+  logged step.
+
+Per run: the medians over the records that are not a run's first step (start-up and
+lazy initialisation are timed alone and marked ``first_step``) of ``samples_per_s``,
+``step_time_s`` and ``mfu``; samples/s per process; the last loss (and PSNR). A resumed
+run's records all count (each segment's first step left out).
+
+Between runs, against the baseline (``--baseline``, default the run with the smallest
+world size, the first given on a tie): ``speedup`` = samples/s over the baseline's,
+``ideal`` = world size over the baseline's, ``efficiency`` = speedup / ideal (1.0 is
+linear scaling). A seed's "1.7-1.9x from 1 to 2 nodes" is efficiency 0.85-0.95. Runs
+with different effective batches are compared all the same (samples/s is throughput
+either way), with a note, as are runs of different recipes or devices, with a warning:
+such a ratio says little.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .errors import UsageError
+
+_PLAN = re.compile(r"^plan\.node(\d+)\.json$")
+
+
+@dataclass
+class RunSummary:
+    """One run's figures, from its log folder."""
+
+    path: str
+    run_id: str
+    world_size: int
+    nnodes: int
+    nproc_per_node: int
+    device: str                 # "cuda" | "cpu"
+    gpu_name: str               # "" on CPU
+    recipe: str                 # "" for a user's script
+    effective_batch: int | None
+    records: int                # metrics records read
+    steps: tuple[int, int]      # first and last step logged
+    samples_per_s: float
+    step_time_s: float
+    samples_per_s_per_process: float
+    mfu: float | None
+    loss: float                 # of the last record
+    psnr: float | None
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Scaling:
+    """One run against the baseline."""
+
+    path: str
+    speedup: float
+    ideal: float
+    efficiency: float
+
+
+@dataclass
+class Report:
+    runs: list[RunSummary]
+    baseline: str | None        # path of the baseline run (None with one run)
+    scaling: list[Scaling]
+    warnings: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _fail(path: str, message: str, hint: str) -> UsageError:
+    return UsageError(f"{path}: {message}", subject="RUN_DIR", hint=hint)
+
+
+def _plan(path: str) -> dict[str, Any]:
+    found = sorted((int(m[1]), name) for name in os.listdir(path)
+                   if (m := _PLAN.match(name)))
+    if not found:
+        raise _fail(path, "no plan.node<k>.json in this folder",
+                    "name a run's log folder, <log-dir>/<run-id>, as meshrun run wrote it")
+    name = os.path.join(path, found[0][1])
+    try:
+        with open(name, encoding="utf-8") as f:
+            plan = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise _fail(name, f"unreadable ({exc})", "the run's plan file is damaged; "
+                    "leave this run out") from None
+    if not isinstance(plan, dict) or not isinstance(plan.get("world_size"), int):
+        raise _fail(name, "has no world_size", "the run's plan file is damaged; "
+                    "leave this run out")
+    return plan
+
+
+def _records(path: str) -> list[dict[str, Any]]:
+    name = os.path.join(path, "metrics.jsonl")
+    try:
+        with open(name, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        raise _fail(path, "no metrics.jsonl in this run's folder",
+                    "only the recipes write one (meshrun run --recipe ...); a script "
+                    "of your own can write the same records to $MESHRUN_LOG_DIR/"
+                    "metrics.jsonl (docs/recipes.md)") from None
+    except OSError as exc:
+        raise _fail(name, f"unreadable ({exc.strerror})", "check its permissions") from None
+    out = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            record = None
+        if not (isinstance(record, dict) and isinstance(record.get("step"), int)
+                and all(isinstance(record.get(k), (int, float))
+                        for k in ("loss", "step_time_s", "samples_per_s"))):
+            raise _fail(f"{name}:{number}", "is not a metrics record (a JSON object with "
+                        "step, loss, step_time_s, samples_per_s)",
+                        "remove or mend that line (a run killed while writing can leave "
+                        "half a line at the end)")
+        out.append(record)
+    if not out:
+        raise _fail(name, "is empty: the run logged no step",
+                    "report on a run that trained at least one step")
+    return out
+
+
+def summarize(path: str) -> RunSummary:
+    """The figures of the run whose log folder is ``path``."""
+    if not os.path.isdir(path):
+        raise _fail(path, "is not a folder", "name a run's log folder, <log-dir>/<run-id>")
+    plan = _plan(path)
+    records = _records(path)
+    notes = []
+    steady = [r for r in records if not r.get("first_step")]
+    if not steady:
+        steady = records
+        notes.append("only first steps were logged: their times include start-up")
+    job = plan.get("job") or {}
+    gpus = plan.get("gpu_names") or []
+    world = plan["world_size"]
+    rate = statistics.median(r["samples_per_s"] for r in steady)
+    mfus = [r["mfu"] for r in steady if isinstance(r.get("mfu"), (int, float))]
+    last = records[-1]
+    return RunSummary(
+        path=path, run_id=str(plan.get("run_id", os.path.basename(path))), world_size=world,
+        nnodes=int(plan.get("nnodes", 1)), nproc_per_node=int(plan.get("nproc_per_node", world)),
+        device=str(plan.get("device", "")), gpu_name=str(gpus[0]) if gpus else "",
+        recipe=str(job.get("recipe") or ""), effective_batch=job.get("effective_batch"),
+        records=len(records), steps=(records[0]["step"], last["step"]),
+        samples_per_s=rate, step_time_s=statistics.median(r["step_time_s"] for r in steady),
+        samples_per_s_per_process=rate / world, mfu=statistics.median(mfus) if mfus else None,
+        loss=last["loss"], psnr=last.get("psnr"), notes=notes)
+
+
+def report(paths: list[str], baseline: str | None = None) -> Report:
+    """Summaries of ``paths`` and, with two or more, their scaling against the baseline."""
+    if not paths:
+        raise UsageError("'meshrun report' needs one or more run log folders",
+                         subject="RUN_DIR", hint="meshrun report logs/<run-id> [logs/<run-id> ...]")
+    paths = [os.path.normpath(p) for p in paths]
+    if baseline is not None:
+        baseline = os.path.normpath(baseline)
+        if baseline not in paths:
+            paths = [baseline, *paths]
+    runs = [summarize(p) for p in paths]
+    if len(runs) < 2:
+        return Report(runs=runs, baseline=None, scaling=[])
+    base = (runs[paths.index(baseline)] if baseline is not None
+            else min(runs, key=lambda r: r.world_size))
+    warnings = []
+    for what, key in (("recipes", "recipe"), ("devices", "device"), ("GPU models", "gpu_name")):
+        seen = sorted({getattr(r, key) or "-" for r in runs})
+        if len(seen) > 1:
+            warnings.append(f"the runs differ in {what} ({', '.join(seen)}): their ratio "
+                            "says little about scaling")
+    batches = sorted({r.effective_batch for r in runs if r.effective_batch})
+    if len(batches) > 1:
+        warnings.append("effective batches differ (" + ", ".join(map(str, batches)) + "): "
+                        "samples/s is compared as throughput, not as time to a loss")
+    scaling = []
+    for run in runs:
+        if run is base:
+            continue
+        speedup = run.samples_per_s / base.samples_per_s
+        ideal = run.world_size / base.world_size
+        scaling.append(Scaling(path=run.path, speedup=speedup, ideal=ideal,
+                               efficiency=speedup / ideal))
+    return Report(runs=runs, baseline=base.path, scaling=scaling, warnings=warnings)
+
+
+def render_text(rep: Report) -> str:
+    """The report as an aligned table, then one line per scaled run."""
+    head = ("run", "world", "nodes x procs", "device", "samples/s", "per process",
+            "step ms", "MFU", "steps", "last loss")
+    rows = [head]
+    for r in rep.runs:
+        device = r.gpu_name or r.device or "?"
+        loss = f"{r.loss:.6g}" + (f" (PSNR {r.psnr:.2f} dB)" if r.psnr is not None else "")
+        rows.append((r.path, str(r.world_size), f"{r.nnodes} x {r.nproc_per_node}", device,
+                     f"{r.samples_per_s:.6g}", f"{r.samples_per_s_per_process:.4g}",
+                     f"{r.step_time_s * 1000:.4g}",
+                     f"{r.mfu:.1%}" if r.mfu is not None else "-",
+                     f"{r.steps[0]}-{r.steps[1]}", loss))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    for r in rep.runs:
+        lines += [f"note: {r.path}: {n}" for n in r.notes]
+    if rep.scaling:
+        base = next(r for r in rep.runs if r.path == rep.baseline)
+        lines.append(f"scaling against {base.path} (world {base.world_size}):")
+        for s in rep.scaling:
+            run = next(r for r in rep.runs if r.path == s.path)
+            lines.append(f"  {s.path}: world {run.world_size} = {s.ideal:g}x the processes, "
+                         f"{s.speedup:.2f}x the samples/s: {s.efficiency:.0%} of linear")
+    lines += [f"warning: {w}" for w in rep.warnings]
+    return "\n".join(lines)

@@ -1,0 +1,150 @@
+"""meshrun report: run summaries from log folders and scaling between runs (torch-free)."""
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+from meshrun.cli import main
+from meshrun.errors import UsageError
+from meshrun.report import render_text, report, summarize
+
+
+def run_dir(root, name, *, world, nnodes, rates, recipe="mlp-tp", batch=64, device="cuda",
+            gpu="NVIDIA H100 80GB HBM3", mfu=True, psnr=False, node=0, extra_lines=()):
+    """A log folder as meshrun run leaves it: plan.node<k>.json and metrics.jsonl.
+    ``rates`` are samples/s of the records after the (marked) first step."""
+    path = root / name
+    path.mkdir()
+    plan = {"run_id": name, "world_size": world, "nnodes": nnodes,
+            "nproc_per_node": world // nnodes, "device": device,
+            "gpu_names": [gpu] if device == "cuda" else [],
+            "job": {"recipe": recipe, "effective_batch": batch}}
+    (path / f"plan.node{node}.json").write_text(json.dumps(plan))
+    records = [{"step": 1, "loss": 2.0, "step_time_s": 9.0, "samples_per_s": batch / 9.0,
+                "first_step": True}]
+    for i, rate in enumerate(rates, start=1):
+        r = {"step": 1 + 5 * i, "loss": 2.0 / (i + 1), "step_time_s": batch / rate,
+             "samples_per_s": rate}
+        if mfu:
+            r["mfu"] = 0.1 * i
+        if psnr:
+            r["psnr"] = 10.0 + i
+        records.append(r)
+    lines = [json.dumps(r) for r in records] + list(extra_lines)
+    (path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def test_one_run_leaves_out_first_steps(tmp_path):
+    path = run_dir(tmp_path, "a", world=8, nnodes=1, rates=[100.0, 300.0, 200.0])
+    r = summarize(path)
+    assert (r.world_size, r.nnodes, r.nproc_per_node) == (8, 1, 8)
+    assert r.samples_per_s == 200.0                      # median of 100, 300, 200; not 64/9
+    assert r.samples_per_s_per_process == 25.0
+    assert r.step_time_s == statistics.median([64 / 100, 64 / 300, 64 / 200])
+    assert r.mfu == pytest.approx(0.2)
+    assert r.steps == (1, 16) and r.records == 4 and r.loss == 0.5
+    assert r.gpu_name == "NVIDIA H100 80GB HBM3" and r.recipe == "mlp-tp" and r.psnr is None
+
+
+def test_resumed_run_leaves_out_each_segments_first_step(tmp_path):
+    resumed = json.dumps({"step": 17, "loss": 0.4, "step_time_s": 5.0, "samples_per_s": 1.0,
+                          "first_step": True})
+    later = json.dumps({"step": 20, "loss": 0.3, "step_time_s": 0.2, "samples_per_s": 320.0})
+    path = run_dir(tmp_path, "a", world=8, nnodes=1, rates=[100.0, 300.0],
+                   extra_lines=[resumed, later])
+    r = summarize(path)
+    assert r.samples_per_s == 300.0 and r.records == 5 and r.steps == (1, 20)
+    assert r.loss == 0.3
+
+
+def test_only_first_steps_are_used_with_a_note(tmp_path):
+    r = summarize(run_dir(tmp_path, "a", world=2, nnodes=1, rates=[], mfu=False))
+    assert r.samples_per_s == pytest.approx(64 / 9.0) and r.mfu is None
+    assert r.notes == ["only first steps were logged: their times include start-up"]
+
+
+def test_scaling_against_the_smallest_world(tmp_path):
+    two = run_dir(tmp_path, "2n", world=16, nnodes=2, rates=[3400.0])
+    one = run_dir(tmp_path, "1n", world=8, nnodes=1, rates=[2000.0])
+    rep = report([two, one])
+    assert rep.baseline == one and rep.warnings == []
+    s, = rep.scaling
+    assert (s.path, s.speedup, s.ideal) == (two, 1.7, 2.0)
+    assert s.efficiency == pytest.approx(0.85)           # seed 004's "1.7x from 1 to 2 nodes"
+    text = render_text(rep)
+    assert f"scaling against {one} (world 8):" in text
+    assert f"{two}: world 16 = 2x the processes, 1.70x the samples/s: 85% of linear" in text
+
+
+def test_explicit_baseline_and_slash_spelling(tmp_path):
+    a = run_dir(tmp_path, "a", world=8, nnodes=1, rates=[1000.0])
+    b = run_dir(tmp_path, "b", world=64, nnodes=8, rates=[6500.0])
+    rep = report([a + "/"], baseline=b)                 # the baseline joins the runs
+    assert [r.path for r in rep.runs] == [b, a] and rep.baseline == b
+    s, = rep.scaling
+    assert s.ideal == 0.125 and s.speedup == pytest.approx(1000 / 6500)
+
+
+def test_unlike_runs_are_compared_with_warnings(tmp_path):
+    a = run_dir(tmp_path, "a", world=2, nnodes=1, rates=[10.0], recipe="autoencoder",
+                batch=8, device="cpu", psnr=True, mfu=False)
+    b = run_dir(tmp_path, "b", world=4, nnodes=2, rates=[40.0], batch=32, device="cpu")
+    rep = report([a, b])
+    assert rep.warnings == [
+        "the runs differ in recipes (autoencoder, mlp-tp): their ratio says little about "
+        "scaling",
+        "effective batches differ (8, 32): samples/s is compared as throughput, not as time "
+        "to a loss"]
+    text = render_text(rep)
+    assert "(PSNR 11.00 dB)" in text and "200% of linear" in text
+
+
+def test_plan_of_another_node_is_enough(tmp_path):
+    path = run_dir(tmp_path, "a", world=16, nnodes=2, rates=[1.0], node=1)
+    assert summarize(path).nnodes == 2
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda root: str(root / "nope"), "is not a folder"),
+    (lambda root: (root / "empty").mkdir() or str(root / "empty"), "no plan.node<k>.json"),
+    (lambda root: _without(run_dir(root, "a", world=2, nnodes=1, rates=[1.0]), "metrics.jsonl"),
+     "no metrics.jsonl"),
+    (lambda root: run_dir(root, "a", world=2, nnodes=1, rates=[1.0], extra_lines=['{"step": 7']),
+     "metrics.jsonl:3: is not a metrics record"),
+    (lambda root: _write(run_dir(root, "a", world=2, nnodes=1, rates=[1.0]), "metrics.jsonl",
+                         "\n"), "is empty: the run logged no step"),
+    (lambda root: _write(run_dir(root, "a", world=2, nnodes=1, rates=[1.0]), "plan.node0.json",
+                         "{"), "plan.node0.json: unreadable"),
+])
+def test_bad_run_folder_is_one_line_exit_2(tmp_path, capsys, make, words):
+    path = make(tmp_path)
+    with pytest.raises(UsageError) as caught:
+        summarize(path)
+    assert words in caught.value.line()
+    assert main(["report", path]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("meshrun: error: ") and "fix: " in err[0]
+
+
+def _without(path, name):
+    (Path(path) / name).unlink()
+    return path
+
+
+def _write(path, name, text):
+    (Path(path) / name).write_text(text)
+    return path
+
+
+def test_cli_json_with_options_among_the_paths(tmp_path, capsys):
+    a = run_dir(tmp_path, "a", world=8, nnodes=1, rates=[2000.0])
+    b = run_dir(tmp_path, "b", world=16, nnodes=2, rates=[3800.0])
+    assert main(["report", a, "--json", b]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [r["path"] for r in out["runs"]] == [a, b]
+    assert out["scaling"] == [{"path": b, "speedup": 1.9, "ideal": 2.0, "efficiency": 0.95}]
+    assert main(["report"]) == 2
+    assert "needs one or more run log folders" in capsys.readouterr().err
