@@ -15,7 +15,9 @@ What must match on every node (anything else is identity, shown but not
 compared): ``meshrun``, ``python``, ``torch``, ``cuda``, ``nccl`` versions, the
 installed packages (a hash of every ``name==version``; the differing names are
 listed), ``code`` (the git commit plus a hash of uncommitted changes of the
-script's repository; outside git, a hash of the script), GPU model and count,
+script's repository — tracked changes and untracked source/config files, not logs,
+checkpoints or data: see :func:`code_state`; on one commit the first differing file
+is named; outside git, a hash of the script), GPU model and count,
 the active InfiniBand devices, and every ``--require-path`` (must exist
 everywhere). A clock more than 1 s off node 0's is a warning.
 
@@ -74,6 +76,9 @@ def fingerprint(plan: LaunchPlan, *, require_paths: Sequence[str] = (),
         nccl = ""
     packages = package_list()
     target = plan.command.target if plan.command else ""
+    checkpoints = getattr(getattr(plan.job, "checkpoint", None), "dir", "") or ""
+    code, code_files = code_state(target, module=bool(plan.command and plan.command.module),
+                                  exclude=(plan.log_dir, checkpoints))
     return {
         "node_rank": plan.node_rank,
         "hostname": plan.hostname or socket.gethostname(),
@@ -85,7 +90,8 @@ def fingerprint(plan: LaunchPlan, *, require_paths: Sequence[str] = (),
         "nccl": nccl or "none",
         "packages": hashlib.sha256("\n".join(packages).encode()).hexdigest()[:16],
         "package_list": packages,
-        "code": code_identity(target, module=bool(plan.command and plan.command.module)),
+        "code": code,
+        "code_files": code_files,
         "gpu_model": plan.gpu_names[0] if plan.gpu_names else "none",
         "gpu_count": len(plan.visible_devices),
         "ib": ",".join(sorted(ib_devices)) or "none",
@@ -107,36 +113,101 @@ def package_list() -> list[str]:
     return sorted(seen)
 
 
-def code_identity(target: str, *, module: bool = False) -> str:
-    """``git <commit>[+<hash of uncommitted changes>]`` for the script's repository, else
-    ``file <sha256>`` of the script (``none`` when there is no script file)."""
+# Untracked files that count as code: sources and configs, small, outside output folders.
+# Everything else untracked (logs, checkpoints, data, TensorBoard events, wandb/ runs)
+# differs between nodes as a matter of course and is not compared.
+CODE_SUFFIXES = (".py", ".pyi", ".pyx", ".pxd", ".toml", ".yaml", ".yml", ".cfg", ".ini",
+                 ".sh")
+CODE_NAMES = ("Dockerfile", "Makefile")
+SKIP_DIRS = frozenset({"__pycache__", ".ipynb_checkpoints", "wandb", "mlruns",
+                       ".pytest_cache", ".mypy_cache", ".ruff_cache", ".venv", "venv",
+                       "site-packages", "node_modules"})
+MAX_CODE_FILE = 1 << 20       # an untracked "code" file larger than 1 MiB is not code
+MAX_LISTED = 200              # changed files listed per node, to name the first that differs
+
+
+def code_identity(target: str, *, module: bool = False, exclude: Sequence[str] = ()) -> str:
+    """``git <commit>[ + changes <hash>]`` for the script's repository, else ``file <sha256>``
+    of the script (``none`` when there is no script file). See :func:`code_state`."""
+    return code_state(target, module=module, exclude=exclude)[0]
+
+
+def code_state(target: str, *, module: bool = False,
+               exclude: Sequence[str] = ()) -> tuple[str, dict[str, str]]:
+    """The code's identity and its changed files (``{path: sha256[:12] | "deleted"}``).
+
+    In a git work tree: the commit, plus a hash over ``git diff HEAD`` (every tracked
+    change) and the untracked files that are code — names ending in
+    :data:`CODE_SUFFIXES` or in :data:`CODE_NAMES`, at most 1 MiB, not under
+    :data:`SKIP_DIRS` nor under ``exclude`` (the run's log root and checkpoint folder).
+    The file list (at most :data:`MAX_LISTED`) lets a mismatch name the first file
+    that differs. Outside git: the script's hash, and no list.
+    """
     path = _script_path(target, module)
     if path is None:
-        return "none"
+        return "none", {}
     folder = os.path.dirname(os.path.abspath(path))
     git = ["git", "-c", "safe.directory=*", "-C", folder]
     try:
         commit = subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True,
                                 timeout=10)
         if commit.returncode == 0:
-            diff = subprocess.run(git + ["diff", "HEAD", "--binary"], capture_output=True,
-                                  timeout=30).stdout
-            status = subprocess.run(git + ["status", "--porcelain", "--untracked-files=all",
-                                           "-z"], capture_output=True, timeout=30).stdout
             top = subprocess.run(git + ["rev-parse", "--show-toplevel"], capture_output=True,
                                  text=True, timeout=10).stdout.strip()
+            diff = subprocess.run(git + ["diff", "HEAD", "--binary"], capture_output=True,
+                                  timeout=30).stdout
+            changed = subprocess.run(git + ["diff", "HEAD", "--name-only", "-z"],
+                                     capture_output=True, timeout=30).stdout
+            status = subprocess.run(git + ["status", "--porcelain", "--untracked-files=all",
+                                           "-z"], capture_output=True, timeout=30).stdout
+            files: dict[str, str] = {}
+            for name in (n.decode(errors="replace") for n in changed.split(b"\0") if n):
+                full = os.path.join(top, name)
+                files[name] = _file_digest(full) if os.path.exists(full) else "deleted"
+            here = os.path.abspath(folder) + os.sep
+            skip = [os.path.abspath(p) + os.sep for p in exclude if p]
+            skip = [p for p in skip if not here.startswith(p)]  # never the script's own folder
             digest = hashlib.sha256(diff)
             for entry in status.split(b"\0"):
-                if entry.startswith(b"?? "):  # untracked: its name and content count too
-                    name = entry[3:].decode(errors="replace")
+                if not entry.startswith(b"?? "):
+                    continue
+                name = entry[3:].decode(errors="replace")
+                full = os.path.join(top, name)
+                if _counts_as_code(name, full, skip):
+                    files[name] = _file_digest(full)
                     digest.update(name.encode())
-                    digest.update(_file_digest(os.path.join(top, name)).encode())
-            dirty = bool(diff.strip()) or b"?? " in status
+                    digest.update(files[name].encode())
             head = commit.stdout.strip()[:12]
-            return f"git {head}" + (f" + changes {digest.hexdigest()[:12]}" if dirty else "")
+            listed = dict(sorted(files.items())[:MAX_LISTED])
+            identity = f"git {head}" + (f" + changes {digest.hexdigest()[:12]}"
+                                        if diff.strip() or files else "")
+            return identity, listed
     except (OSError, subprocess.SubprocessError):
         pass  # no git here: the script's content is the identity
-    return f"file {_file_digest(path)}"
+    return f"file {_file_digest(path)}", {}
+
+
+def _counts_as_code(name: str, full: str, skip: Sequence[str]) -> bool:
+    """An untracked file that is code (see :func:`code_state`)."""
+    parts = name.split("/")
+    if any(part in SKIP_DIRS for part in parts[:-1]):
+        return False
+    if not (parts[-1].endswith(CODE_SUFFIXES) or parts[-1] in CODE_NAMES):
+        return False
+    if any(os.path.abspath(full).startswith(prefix) for prefix in skip):
+        return False
+    try:
+        return os.path.getsize(full) <= MAX_CODE_FILE
+    except OSError:
+        return False
+
+
+def first_code_difference(theirs: Mapping[str, str], ours: Mapping[str, str]) -> str | None:
+    """The first file (by name) whose state differs between two :func:`code_state` lists."""
+    for name in sorted(set(theirs) | set(ours)):
+        if theirs.get(name) != ours.get(name):
+            return name
+    return None
 
 
 def _script_path(target: str, module: bool) -> str | None:
@@ -218,6 +289,8 @@ def compare(prints: Mapping[int, Mapping[str, Any]],
                         a, b = _package_difference(theirs.get("package_list", []),
                                                    base.get("package_list", []))
                     diffs.append(Difference(rank, name, a, b))
+                    if name == "code":
+                        diffs += _file_difference(rank, theirs, base)
         for path, exists in sorted(dict(theirs.get("paths", {})).items()):
             if not exists:
                 diffs.append(Difference(rank, f"path {path}", "missing",
@@ -229,6 +302,20 @@ def compare(prints: Mapping[int, Mapping[str, Any]],
                 if abs(offset) > SKEW_WARN_S]
     hosts = {rank: str(fp.get("hostname", "?")) for rank, fp in prints.items()}
     return Verdict(tuple(diffs), tuple(warnings), hosts)
+
+
+def _file_difference(rank: int, theirs: Mapping[str, Any],
+                     base: Mapping[str, Any]) -> list[Difference]:
+    """On one commit with different changes: a row naming the first file that differs."""
+    a, b = str(theirs.get("code", "")), str(base.get("code", ""))
+    if not (a.startswith("git ") and a.split()[:2] == b.split()[:2]):
+        return []
+    name = first_code_difference(theirs.get("code_files", {}), base.get("code_files", {}))
+    if name is None:
+        return []
+    state = lambda files: files.get(name, "as committed")  # noqa: E731
+    return [Difference(rank, f"file {name}", state(theirs.get("code_files", {})),
+                       state(base.get("code_files", {})))]
 
 
 def _package_difference(theirs: Sequence[str], ours: Sequence[str]) -> tuple[str, str]:

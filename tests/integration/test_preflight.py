@@ -44,6 +44,21 @@ def test_working_copies_differing_in_one_file_stop_both_nodes(tmp_path):
     # node 0's table: the node, the field, both values
     table = [line for line in out0.splitlines() if line.startswith("  1 (")]
     assert table and "code" in table[0] and "+ changes" in table[0], out0
+    assert "file model.py" in table[1] and "as committed" in table[1], out0
+
+
+def test_clean_clones_with_different_outputs_agree(tmp_path):
+    """Two clones of one commit, logs/ not ignored, each with its own run outputs (logs,
+    a checkpoint, data): the code is the same, preflight passes, the run succeeds."""
+    a, b = _copy(tmp_path, "a"), _copy(tmp_path, "b")
+    (a / "logs" / "old").mkdir(parents=True)
+    (a / "logs" / "old" / "node0.log").write_text("an earlier run\n")
+    (b / "checkpoints" / "x" / "step-1").mkdir(parents=True)
+    (b / "checkpoints" / "x" / "step-1" / ".metadata").write_text("m")
+    (b / "data.bin").write_bytes(b"\0" * 4096)
+    (rc0, out0), (rc1, out1) = _two_nodes([a, b])
+    assert rc0 == 0 and rc1 == 0, (out0, out1)
+    assert "REPORT" in out0 and "differs" not in out0 + out1
 
 
 def test_no_preflight_lets_them_run(tmp_path):

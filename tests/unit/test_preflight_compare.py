@@ -84,3 +84,66 @@ def test_code_identity_outside_git_hashes_the_script(tmp_path):
     script.write_text("a = 2\n")
     assert first.startswith("file ") and preflight.code_identity(str(script)) != first
     assert preflight.code_identity(str(tmp_path / "missing.py")) == "none"
+
+
+def _repo(tmp_path):
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(tmp_path)]
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / "train.py").write_text("print(1)\n")
+    (tmp_path / "util.py").write_text("X = 1\n")
+    subprocess.run(git + ["add", "."], check=True)
+    subprocess.run(git + ["commit", "-qm", "c"], check=True)
+    return str(tmp_path / "train.py")
+
+
+def test_outputs_left_in_the_repository_are_not_code(tmp_path):
+    """Logs, checkpoints, data and run outputs differ between nodes as a matter of course:
+    a clean clone with them must still match a clean clone without them."""
+    script = _repo(tmp_path)
+    clean, files = preflight.code_state(script)
+    assert clean.startswith("git ") and "changes" not in clean and files == {}
+    for name, text in [("logs/run1/node1.log", "x"), ("logs/run1/plan.node1.json", "{}"),
+                       ("logs/run1/stacks/rank0.txt", "x"), ("checkpoints/r/step-2/.metadata", "x"),
+                       ("checkpoints/r/step-2/__0_0.distcp", "x"), ("data/train.bin", "x"),
+                       ("wandb/run-1/files/code.py", "x"), ("__pycache__/util.cpython-311.pyc", "x"),
+                       ("runs/events.out.tfevents.1", "x"), ("nohup.out", "x"),
+                       ("huge.py", "#" * ((1 << 20) + 1))]:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    # a run's own folders, even with code-like names in them
+    (tmp_path / "out" / "ckpt").mkdir(parents=True)
+    (tmp_path / "out" / "ckpt" / "saved_config.yaml").write_text("a: 1\n")
+    (tmp_path / "logs" / "run1" / "copy.py").write_text("x = 1\n")
+    assert preflight.code_state(script, exclude=(str(tmp_path / "logs" / "run1"),
+                                                 str(tmp_path / "out" / "ckpt"))
+                                ) == (clean, {})
+
+
+def test_untracked_sources_and_changes_are_listed(tmp_path):
+    script = _repo(tmp_path)
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "new.py").write_text("Y = 1\n")
+    (tmp_path / "conf.yaml").write_text("lr: 1\n")
+    (tmp_path / "util.py").unlink()
+    identity, files = preflight.code_state(script, exclude=(str(tmp_path),))  # never the script's folder
+    assert identity.startswith("git ") and " + changes " in identity
+    assert set(files) == {"pkg/new.py", "conf.yaml", "util.py"}
+    assert files["util.py"] == "deleted" and len(files["pkg/new.py"]) == 12
+
+
+def test_same_commit_different_changes_names_the_first_differing_file():
+    ours = fp(code="git abc + changes 111", code_files={"a.py": "1111", "b.py": "2222"})
+    theirs = fp(hostname="b", code="git abc + changes 999",
+                code_files={"a.py": "1111", "b.py": "3333", "c.py": "4444"})
+    verdict = compare({0: ours, 1: theirs})
+    assert [(d.field, d.theirs, d.ours) for d in verdict.differences] == [
+        ("code", "git abc + changes 999", "git abc + changes 111"),
+        ("file b.py", "3333", "2222")]
+    assert "file b.py" in mismatch_table(verdict)
+    # a file changed on one node only reads "as committed" on the other
+    only = compare({0: fp(), 1: fp(code="git abc + changes 5", code_files={"x.py": "5555"})})
+    assert [(d.field, d.theirs, d.ours) for d in only.differences][1] == (
+        "file x.py", "5555", "as committed")
+    # other commits: no file row (the lists are relative to each node's own commit)
+    other = compare({0: fp(), 1: fp(code="git def", code_files={"x.py": "5555"})})
+    assert [d.field for d in other.differences] == ["code"]
