@@ -15,7 +15,8 @@ DCP's file writer writes every rank's shards, then rank 0 writes
 folder: a save cut short leaves a folder without ``.metadata``, which is never
 resumed from. (The alternative, a temporary folder renamed after a barrier,
 buys nothing over that and needs a rename that is atomic on every shared
-filesystem.) On several nodes ``<dir>`` must be a filesystem all nodes share.
+filesystem.) On several nodes ``<dir>`` must be a filesystem all nodes share:
+:func:`check_shared` stops the run before its first step when it is not.
 
 What is saved: the model and optimizer through
 ``torch.distributed.checkpoint.state_dict.get_state_dict`` (sharded DTensors
@@ -155,6 +156,70 @@ def _is_main() -> bool:
     import torch.distributed as dist
 
     return not dist.is_initialized() or dist.get_rank() == 0
+
+
+def check_shared(directory: str, patience_s: float = 5.0) -> None:
+    """Collective: stop every rank unless all of them see ``directory`` as rank 0 does.
+
+    DCP writes each rank's shards where that rank is, and ``.metadata`` where rank 0
+    is: on a folder that is not shared (the default ``checkpoints/<run id>`` on each
+    node's local disk) a save "succeeds" and no node can load it. Rank 0 writes
+    ``.meshrun-shared-<random>`` (a name no node has looked up, so no NFS negative
+    cache hides it), every rank looks for it for up to ``patience_s``, rank 0 removes
+    it. A node that cannot see it: a :class:`UsageError` on every rank naming it.
+    """
+    import secrets
+    import socket
+    import time
+
+    import torch.distributed as dist
+
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return
+    token = _rank0_decides(secrets.token_hex(8) if _is_main() else None)
+    marker = os.path.join(directory, f".meshrun-shared-{token}")
+    problem = None
+    if _is_main():
+        try:
+            os.makedirs(directory, exist_ok=True)
+            with open(marker, "w", encoding="utf-8") as handle:
+                handle.write(token)
+        except OSError as exc:
+            problem = UsageError(f"checkpoint.dir {directory}: cannot write there "
+                                 f"({exc.strerror})", subject="checkpoint.dir",
+                                 hint="pass --checkpoint-dir on a writable filesystem every "
+                                      "node mounts")
+    problem = _rank0_decides(problem)
+    if problem is not None:
+        raise problem
+    deadline = time.monotonic() + patience_s
+    while True:
+        try:
+            with open(marker, encoding="utf-8") as handle:
+                seen = handle.read() == token
+        except OSError:
+            seen = False
+        if seen or time.monotonic() >= deadline:
+            break
+        time.sleep(0.2)
+    node = os.environ.get("GROUP_RANK") or os.environ.get("MESHRUN_NODE_RANK") or "?"
+    views: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(views, (node, socket.gethostname(), seen))
+    if _is_main():
+        try:
+            os.remove(marker)
+        except OSError:
+            pass
+    blind = sorted({(n, host) for n, host, ok in views if not ok})
+    if blind:
+        who = ", ".join(f"node {n} ({host})" for n, host in blind)
+        raise UsageError(
+            f"checkpoint.dir {directory} is not one folder for all nodes: {who} cannot see "
+            "the file node 0 wrote there, so no checkpoint saved there could be loaded",
+            subject="checkpoint.dir", code="checkpoint-dir-not-shared",
+            hint="a multi-node job needs its checkpoints on a filesystem every node mounts "
+                 "(NFS, Lustre, a ReadWriteMany volume): pass --checkpoint-dir there, or set "
+                 "checkpoint.interval=0")
 
 
 def save(directory: str, step: int, model: Any, optimizer: Any, trainer: dict[str, Any], *,

@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import clean_env, meshrun
+from helpers import clean_env, free_port, meshrun
 
 pytestmark = pytest.mark.slow
 
@@ -149,6 +149,30 @@ def test_bf16_autocast_and_mfu_on_cpu(tmp_path):
         assert f"| MFU: {r['mfu']:.1%}" in out
     assert all(math.isfinite(r["loss"]) for r in recs)
     assert recs[-1]["loss"] < recs[0]["loss"]
+
+
+def test_checkpoint_folder_not_shared_between_nodes_stops_the_run(tmp_path):
+    """Two nodes, each in its own working directory: the default checkpoints/<run id> is
+    two different folders. DCP would save there "successfully" and never load; the run
+    stops before its first step, on both nodes, with one line naming the blind node."""
+    port = str(free_port())
+    procs = []
+    for rank in (0, 1):
+        cwd = tmp_path / f"node{rank}"
+        cwd.mkdir()
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "meshrun", "run", "--nnodes", "2", "--node-rank", str(rank),
+             "--master-addr", "127.0.0.1", "--master-port", port, "--run-id", "local",
+             "--recipe", "mlp-tp", "--set", "train.steps=4", "--set", "checkpoint.interval=2"],
+            cwd=cwd, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True))
+    outs = [(p.wait(timeout=180), p.stdout.read()) for p in procs]
+    for rc, out in outs:
+        assert rc == 2, out
+        assert "checkpoint.dir checkpoints/local is not one folder for all nodes: node 1 (" \
+            in out, out
+        assert "Step 1/" not in out
+    assert not list((tmp_path / "node0" / "checkpoints" / "local").iterdir())  # marker removed
 
 
 # --- init_distributed without a launcher ----------------------------------------------------

@@ -290,6 +290,8 @@ def train(job: Job, info: RankInfo, work: Workload) -> list[dict[str, Any]]:
                      "checkpoint folder (MESHRUN_CHECKPOINT_DIR)")
 
     if c.interval:
+        if info.nnodes > 1:
+            ckpt.check_shared(c.dir)
         found = ckpt.resume(c.dir, model, opt, template, check=same_model,
                             say=lambda s: say(info, s))
         if found is not None:
