@@ -14,6 +14,15 @@
 Tokens, keys, passwords and credentials never reach these files: the env dump
 and the plan go through :mod:`meshrun.redact`, and the banner shows the
 command redacted.
+
+Nothing is overwritten (as with the logs, :func:`meshrun.logs.keep_previous`): a
+rerun with the same run id (the default for an identical rerun: the id is a hash)
+first renames an earlier run's ``plan.node<k>.json``, ``env.node<k>.json`` and
+``diagnosis.node<k>.json`` to ``<name>.<its mtime>.json``, so the plain names are
+always this run's. The earlier diagnosis is moved aside when the node starts, not
+only when it fails again: a rerun that succeeds must not leave the earlier failure's
+diagnosis under the plain name. ``meshrun report`` reads only the plain
+``plan.node<k>.json``.
 """
 
 from __future__ import annotations
@@ -23,18 +32,23 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from .logs import keep_previous
 from .plan import LaunchPlan
 from .redact import redact_argv, redact_env, redact_text
 
 
-def write_start(plan: LaunchPlan, env: Mapping[str, str]) -> None:
-    """plan.node<k>.json and env.node<k>.json, written when the node starts."""
+def write_start(plan: LaunchPlan, env: Mapping[str, str]) -> list[str]:
+    """plan.node<k>.json and env.node<k>.json, written when the node starts.
+
+    Returns the paths an earlier run's files were kept under (see the module doc)."""
     data = plan.to_json()
     data["env"] = redact_env(data["env"])
     if data.get("command"):
         data["command"] = redact_argv(data["command"])
-    _write(plan, f"plan.node{plan.node_rank}.json", data)
-    _write(plan, f"env.node{plan.node_rank}.json", redact_env(env))
+    kept = [_write(plan, f"plan.node{plan.node_rank}.json", data),
+            _write(plan, f"env.node{plan.node_rank}.json", redact_env(env)),
+            _keep(os.path.join(plan.log_dir, f"diagnosis.node{plan.node_rank}.json"))]
+    return [path for path in kept if path]
 
 
 def write_diagnosis(plan: LaunchPlan) -> list[str]:
@@ -50,10 +64,23 @@ def write_diagnosis(plan: LaunchPlan) -> list[str]:
     return [line for line in text.splitlines() if line.strip()]
 
 
-def _write(plan: LaunchPlan, name: str, data: Any) -> None:
+def _keep(path: str) -> str | None:
+    """Rename an earlier run's ``path`` aside; the new name, or None (none, or no rename)."""
+    try:
+        return keep_previous(path)
+    except OSError:
+        return None
+
+
+def _write(plan: LaunchPlan, name: str, data: Any) -> str | None:
+    """Write ``name`` in the run folder, an earlier run's file kept aside first; return
+    the name it was kept under (None when there was none)."""
+    path, kept = os.path.join(plan.log_dir, name), None
     try:
         os.makedirs(plan.log_dir, exist_ok=True)
-        with open(os.path.join(plan.log_dir, name), "w") as handle:
+        kept = keep_previous(path)  # an OSError here skips the write: never overwrite
+        with open(path, "w") as handle:
             json.dump(data, handle, indent=2, sort_keys=True, default=str)
     except OSError:
         pass  # the bundle is a help; a full disk must not turn into a second failure
+    return kept

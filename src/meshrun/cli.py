@@ -336,12 +336,15 @@ def _dispatch(args: argparse.Namespace, command: list[str] | None, is_module: bo
     if args.verb == "run":
         from .launch import run
 
-        return run(make_plan_here(args, cmd, job), max_restarts=_restarts(args),
+        plan = make_plan_here(args, cmd, job)
+        check_command(cmd)
+        return run(plan, max_restarts=_restarts(args),
                    preflight=not args.no_preflight, require_paths=tuple(args.require_path),
                    supervision=_supervision(args))
     if args.verb == "simulate":
         from .simulate import simulate
 
+        check_command(cmd)
         return simulate(args, cmd, max_restarts=_restarts(args), job=job)
     raise UsageError(f"unknown command {args.verb!r}", hint="see 'meshrun --help'")
 
@@ -605,6 +608,31 @@ def job_input(args: argparse.Namespace, cmd):
         cmd = Command(recipe.module, module=True)
     return JobInput(recipe_defaults=recipe.defaults if recipe else None, file_data=file_data,
                     sets=sets or None, config_path=args.config), cmd
+
+
+def check_command(cmd) -> None:
+    """The workers' script must exist here (relative to this directory), and a module's
+    top-level package must be importable: else one line and exit 2 before anything starts.
+    (A module's parent package is not imported here: only its top level is looked up.)"""
+    import importlib.util
+
+    if cmd.module:
+        top = cmd.target.split(".")[0]
+        try:
+            found = bool(top) and importlib.util.find_spec(top) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            raise UsageError(f"-m {cmd.target}: no module named {top!r} for {sys.executable}",
+                             subject="-m", hint="install the package into this Python "
+                             "environment, or start meshrun from the folder that holds it")
+        return
+    if not os.path.isfile(cmd.target):
+        where = os.getcwd()
+        what = "is a folder, not a script" if os.path.isdir(cmd.target) else "does not exist"
+        raise UsageError(f"the training script {cmd.target} {what} (relative to {where})",
+                         subject="SCRIPT", hint="check the path; every node runs it from its "
+                         "own working directory, so it must exist there on every node")
 
 
 def make_plan_here(args: argparse.Namespace, cmd=None, job=None):

@@ -31,25 +31,46 @@ functions, each returning a new value (the input is never changed):
 What counts as a secret name
 ----------------------------
 The name is split into words (on ``_``, ``-``, ``.`` and camelCase) and is secret
-when one word is one of :data:`SECRET_WORDS` (``TOKEN``, ``KEY``, ``SECRET``,
-``PASSWORD``, ``PASSWD``, ``PASS``, ``CREDENTIAL(S)``, ``CREDS``, ``AUTH``,
-``COOKIE``, ``SESSION``, ``SIGNATURE``, ``DSN``, and glued forms such as
-``APIKEY``), except that
+when
+
+* one word is one of :data:`SECRET_WORDS` (``TOKEN``, ``KEY``, ``SECRET``,
+  ``PASSWORD``, ``PASSWD``, ``PASS``, ``PWD``, ``PASSPHRASE``, ``CREDENTIAL(S)``,
+  ``CREDS``, ``PAT`` (a personal access token: ``GH_PAT``), ``AUTH``,
+  ``AUTHORIZATION``, ``COOKIE``, ``SESSION``, ``SIGNATURE``, ``DSN``, and glued forms
+  such as ``APIKEY`` or ``SSHPASS``), or
+* one word **ends in** one of :data:`SECRET_SUFFIXES` (``PASSWORD``, ``PASSWD``,
+  ``PASSPHRASE``, ``SECRET``, ``TOKEN``, ``CREDENTIAL(S)``): ``PGPASSWORD``,
+  ``CLIENTSECRET``, ``NPMTOKEN``. Only these: no harmless word ends in them, while
+  words ending in ``KEY`` (``MONKEY``, ``HOTKEY``, ``PKEY``), ``PASS`` (``BYPASS``,
+  ``COMPASS``), ``AUTH`` or ``PAT`` are common, so those count only whole or in the
+  explicit glued list,
+
+except that
 
 * a final word naming a property rather than the secret (``_ID``, ``_FILE``,
   ``_PATH``, ``_DIR``, ``_URL``, ``_LEN``, ``_SIZE``, ``_TYPE``, ``_TIMEOUT``, ...:
-  see :data:`NOT_SECRET_LAST`) clears it: ``HF_TOKEN_PATH`` points to a secret
-  but is none (its value still passes :func:`redact_text`);
-* ``TOKEN`` after ``PAD``/``EOS``/``BOS``/``MAX``/... is a tokenizer setting
-  (``pad_token``, ``max_token``);
-* a few well-known harmless names (``SSH_AUTH_SOCK``, ``XDG_SESSION_TYPE``, ...:
-  :data:`HARMLESS_NAMES`).
+  see :data:`NOT_SECRET_LAST`) clears it: ``HF_TOKEN_PATH`` and
+  ``PGPASSWORD_FILE`` point to a secret but are none (their values still pass
+  :func:`redact_text`);
+* a neighbouring word can say the secret word means something else
+  (:data:`_NOT_SECRET_BEFORE`, :data:`_NOT_SECRET_AFTER`): ``TOKEN`` after
+  ``PAD``/``EOS``/``BOS``/``MAX``/... is a tokenizer setting (``pad_token``,
+  ``max_token``, also glued: ``PADTOKEN``); ``PASS`` after ``FORWARD``/``BACKWARD``/
+  ``FIRST``/... or before ``THROUGH``/``THRU`` is a pass, not a password
+  (``BACKWARD_PASS``, ``PASS_THROUGH``); ``PWD`` after ``OLD``/``PREV``/``ORIG``/``INIT``
+  is a directory;
+* a few well-known harmless names (``PWD`` and ``OLDPWD``, the shell's working
+  directories; ``SSH_AUTH_SOCK``, ``XDG_SESSION_TYPE``, ...: :data:`HARMLESS_NAMES`).
 
 Whole words only: ``MASTER_PORT``, ``NCCL_IB_GID_INDEX``, ``MONKEY``,
-``KEYBOARD``, ``TORCH_NCCL_ASYNC_ERROR_HANDLING``, ``TOKENIZERS_PARALLELISM``,
-``MAX_TOKENS`` are not secrets, and text such as "monkey" or "keyboard" is never
-touched. Bare hex strings (git hashes, 40-hex W&B keys) are not masked by shape:
-a W&B key is caught by its name (``WANDB_API_KEY=...``).
+``KEYBOARD``, ``PATH``, ``PASSTHROUGH``, ``CUDA_VISIBLE_DEVICES``,
+``TORCH_NCCL_ASYNC_ERROR_HANDLING``, ``TOKENIZERS_PARALLELISM``, ``MAX_TOKENS`` are
+not secrets, and text such as "monkey" or "keyboard" is never touched.
+``NCCL_IB_PKEY`` (and ``UCX_IB_PKEY``) stays visible on purpose: an InfiniBand
+partition key is a 16-bit partition number the fabric manager hands out, not a
+credential (knowing it grants nothing), and it is exactly what one needs to see when
+nodes cannot reach each other. Bare hex strings (git hashes, 40-hex W&B keys) are not
+masked by shape: a W&B key is caught by its name (``WANDB_API_KEY=...``).
 """
 
 from __future__ import annotations
@@ -60,13 +81,17 @@ from collections.abc import Mapping, Sequence
 REDACTED = "<redacted>"
 
 SECRET_WORDS = frozenset({
-    "TOKEN", "KEY", "SECRET", "SECRETS", "PASSWORD", "PASSWORDS", "PASSWD", "PASS",
-    "PASSPHRASE", "CREDENTIAL", "CREDENTIALS", "CREDS", "AUTH", "COOKIE", "COOKIES",
-    "SESSION", "SIGNATURE", "DSN",
-    # glued forms seen in the wild
-    "APIKEY", "ACCESSKEY", "SECRETKEY", "PRIVATEKEY", "AUTHTOKEN", "ACCESSTOKEN",
-    "APITOKEN", "HFTOKEN", "AUTHKEY",
+    "TOKEN", "KEY", "SECRET", "SECRETS", "PASSWORD", "PASSWORDS", "PASSWD", "PASS", "PWD",
+    "PASSPHRASE", "PASSCODE", "CREDENTIAL", "CREDENTIALS", "CREDS", "PAT", "AUTH",
+    "AUTHORIZATION", "COOKIE", "COOKIES", "SESSION", "SIGNATURE", "DSN",
+    # glued forms seen in the wild (those ending in a SECRET_SUFFIXES word need no entry)
+    "APIKEY", "ACCESSKEY", "SECRETKEY", "PRIVATEKEY", "PRIVKEY", "AUTHKEY", "PASSKEY",
+    "SSHPASS", "DBPASS", "ROOTPASS", "ADMINPASS", "USERPASS", "FTPPASS", "SMTPPASS",
+    "LDAPPASS", "DBPWD",
 })
+# A word ending in one of these is a secret (PGPASSWORD, CLIENTSECRET, NPMTOKEN).
+SECRET_SUFFIXES = ("PASSWORD", "PASSWORDS", "PASSWD", "PASSPHRASE", "SECRET", "SECRETS",
+                   "TOKEN", "CREDENTIAL", "CREDENTIALS")
 NOT_SECRET_LAST = frozenset({
     "ID", "IDS", "FILE", "FILES", "PATH", "DIR", "URL", "URI", "HOST", "PORT", "ENDPOINT",
     "REGION", "NAME", "LEN", "LENGTH", "SIZE", "COUNT", "NUM", "TYPE", "INDEX", "LIMIT",
@@ -76,13 +101,36 @@ _TOKENIZER_WORDS = frozenset({
     "PAD", "EOS", "BOS", "UNK", "SEP", "CLS", "MASK", "SPECIAL", "START", "END", "STOP",
     "MAX", "MIN", "NUM", "NEW", "PER",
 })
+_NOT_SECRET_BEFORE = {    # secret word -> words before it that give it another meaning
+    "TOKEN": _TOKENIZER_WORDS,
+    "PASS": frozenset({"BY", "FORWARD", "BACKWARD", "FWD", "BWD", "FIRST", "SECOND", "ONE",
+                       "TWO", "SINGLE", "MULTI", "NUM", "PRE", "POST"}),
+    "PWD": frozenset({"OLD", "PREV", "ORIG", "INIT"}),
+}
+_NOT_SECRET_AFTER = {     # secret word -> words after it that give it another meaning
+    "PASS": frozenset({"THROUGH", "THRU"}),
+}
 HARMLESS_NAMES = frozenset({
+    "PWD", "OLDPWD",
     "SSH_AUTH_SOCK", "XDG_SESSION_ID", "XDG_SESSION_TYPE", "XDG_SESSION_CLASS",
     "XDG_SESSION_DESKTOP", "DBUS_SESSION_BUS_ADDRESS", "SESSION_MANAGER",
 })
 
 _CAMEL = re.compile(r"([a-z0-9])([A-Z])")
 _WORD_SPLIT = re.compile(r"[_\-.\s]+")
+
+
+def _secret_word(word: str) -> str | None:
+    """The secret word ``word`` is or ends in (``PGPASSWORD`` -> ``PASSWORD``), or None."""
+    if word in SECRET_WORDS:
+        return word
+    for suffix in SECRET_SUFFIXES:
+        if word.endswith(suffix):
+            glued = word[:-len(suffix)]   # PADTOKEN: a tokenizer's word glued to TOKEN
+            if suffix == "TOKEN" and glued in _TOKENIZER_WORDS:
+                return None
+            return suffix
+    return None
 
 
 def is_secret_name(name: str) -> bool:
@@ -94,9 +142,12 @@ def is_secret_name(name: str) -> bool:
     if not words or words[-1] in NOT_SECRET_LAST:
         return False
     for i, word in enumerate(words):
-        if word not in SECRET_WORDS:
+        secret = _secret_word(word)
+        if secret is None:
             continue
-        if word == "TOKEN" and i > 0 and words[i - 1] in _TOKENIZER_WORDS:
+        if i > 0 and words[i - 1] in _NOT_SECRET_BEFORE.get(secret, ()):
+            continue
+        if i + 1 < len(words) and words[i + 1] in _NOT_SECRET_AFTER.get(secret, ()):
             continue
         return True
     return False

@@ -161,3 +161,58 @@ def test_idempotent():
     assert redact_text(once) == once
     env = redact_env(PLANTED_ENV)
     assert redact_env(env) == env
+
+
+# Secrets whose names the first policy missed: glued (PGPASSWORD, SSHPASS), abbreviated
+# (MYSQL_PWD) or a personal access token (GH_PAT). The value has no recognisable shape,
+# so only the name can give it away.
+NAMED_SECRETS = ["PGPASSWORD", "MYSQL_PWD", "SSHPASS", "GH_PAT", "GITHUB_PAT",
+                 "AZURE_DEVOPS_EXT_PAT", "ghPat", "sshPass", "DB_PWD", "RSYNC_PASSWORD",
+                 "LDAPPASS", "NPMTOKEN", "OAUTHCLIENTSECRET", "HTTP_AUTHORIZATION",
+                 "VAULT_PASSCODE", "SIGNING_PASSKEY"]
+PLAIN_SECRET = "s3cr3t-Value_42"
+
+
+@pytest.mark.parametrize("name", NAMED_SECRETS)
+def test_named_secret_in_env(name):
+    out = redact_env({name: PLAIN_SECRET, "MASTER_PORT": "29500"})
+    assert out == {name: REDACTED, "MASTER_PORT": "29500"}
+
+
+@pytest.mark.parametrize("template", [
+    "export {name}={value}",
+    "{name}={value} psql -h db.internal -U trainer",
+    "env {name}='{value}' ssh host-b",
+    '{{"{name}": "{value}", "MASTER_PORT": "29500"}}',
+])
+@pytest.mark.parametrize("name", NAMED_SECRETS)
+def test_named_secret_in_text(name, template):
+    text = template.format(name=name, value=PLAIN_SECRET)
+    out = redact_text(text)
+    assert PLAIN_SECRET not in out
+    assert name in out and REDACTED in out
+    assert redact_text(out) == out
+
+
+# Names that contain a secret-looking word but hold nothing secret; they must stay
+# readable in env dumps and logs (a bug report needs them).
+HARMLESS_ENV = {
+    "PWD": "/home/ml/job", "OLDPWD": "/home/ml", "OLD_PWD": "/home/ml", "PATH": "/usr/bin:/bin",
+    "KEYBOARD": "us", "KEYBOARD_LAYOUT": "de", "NCCL_IB_PKEY": "0", "UCX_IB_PKEY": "0x8001",
+    "PASSTHROUGH": "1", "PASS_THROUGH": "1", "GPU_PASSTHROUGH": "vfio",
+    "BACKWARD_PASS": "fused", "BYPASS": "0", "COMPASS": "north",
+    "CUDA_VISIBLE_DEVICES": "0,1,2,3", "MASTER_PORT": "29500", "MASTER_ADDR": "10.0.0.1",
+    "TORCH_DISTRIBUTED_DEBUG": "DETAIL", "TORCH_NCCL_BLOCKING_WAIT": "1",
+    "TORCHELASTIC_RUN_ID": "abc123", "PGPASSFILE": "/home/ml/.pgpass",
+    "PGPASSWORD_FILE": "/run/secrets/pg", "GH_PAT_FILE": "/run/secrets/gh",
+    "PADTOKEN": "<pad>", "PATCH_LEVEL": "3", "PATIENCE": "5", "GIT_AUTHOR_EMAIL": "a@b.c",
+    "MONKEY_PATCH": "1",
+}
+
+
+@pytest.mark.parametrize("name, value", sorted(HARMLESS_ENV.items()))
+def test_harmless_name_stays_visible(name, value):
+    assert is_secret_name(name) is False
+    assert redact_env({name: value}) == {name: value}
+    for text in (f"export {name}={value}", f"{name}={value} python train.py"):
+        assert redact_text(text) == text
