@@ -1252,7 +1252,8 @@ def diagnose_text(text: str, *, name: str = "<text>", job: Any = None) -> list[D
 
 
 def diagnose_files(paths: Iterable[str | os.PathLike], *, job: Any = None) -> list[Diagnosis]:
-    """Diagnose the logs of one run: files, or folders (their ``*.log`` files, not ``raw/``).
+    """Diagnose the logs of one run: files, or folders (their ``*.log`` files, not ``raw/``,
+    nor the logs of an earlier run with the same id kept aside as ``<name>.<time>.log``).
 
     Returns the diagnoses root cause first (see the module docstring). A path that does
     not exist or cannot be read raises :class:`~meshrun.errors.UsageError`.
@@ -1261,7 +1262,10 @@ def diagnose_files(paths: Iterable[str | os.PathLike], *, job: Any = None) -> li
     for path in paths:
         path = os.fspath(path)
         if os.path.isdir(path):
-            inner = sorted(p for p in os.listdir(path) if p.endswith(".log"))
+            # this run's logs only: not those an earlier run with the same id left behind,
+            # kept as <name>.<its time>[-n].log (meshrun.logs.keep_previous)
+            inner = sorted(p for p in os.listdir(path)
+                           if p.endswith(".log") and not _KEPT_ASIDE.search(p))
             if not inner:
                 raise UsageError(f"log folder {path} holds no *.log files", subject="LOGFILE",
                                  hint="pass a run's folder (<log-dir>/<run-id>) or its log files")
@@ -1269,6 +1273,9 @@ def diagnose_files(paths: Iterable[str | os.PathLike], *, job: Any = None) -> li
         else:
             named.append((path, _read(path)))
     return _diagnose(named, job)
+
+
+_KEPT_ASIDE = re.compile(r"\.\d{8}-\d{6}(?:-\d+)?\.log$")
 
 
 def _read(path: str) -> str:

@@ -21,6 +21,10 @@ PyTorchJobs, but processes in torch and newer PyTorchJobs. meshrun reads it so:
    all mean nodes.
 
 ``RANK`` from the same platforms is always the node (pod) index.
+
+The master address is stored bare (``fd00::1``, also when written ``[fd00::1]``): that is
+what getaddrinfo and torch's TCPStore take. Text that prints it with its port brackets an
+IPv6 host (``[fd00::1]:29500``) through :func:`meshrun.topology.address.join_host_port`.
 """
 
 from __future__ import annotations
@@ -35,12 +39,12 @@ from . import __version__
 from .errors import UsageError
 from .facts import Gpu, HostFacts
 from .topology import Flags, Sourced, Topology, detect
+from .topology.address import HAS_PORT, host_problem, join_host_port, unbracket
 
 DEFAULT_LOG_DIR = "logs"
 DEFAULT_MASTER_PORT = 29500
 DEFAULT_JOIN_TIMEOUT = 600
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-_HOST = re.compile(r"^[A-Za-z0-9_.:-]+$|^\[[0-9A-Fa-f:]+\]$")
 
 
 @dataclass(frozen=True)
@@ -370,13 +374,16 @@ def _master_addr(topo: Topology, nnodes: int, source: dict[str, str], facts: Hos
                                   "with node 0's address, the same on every node")
         source["master_addr"] = "default: single node, loopback"
         return "127.0.0.1"
-    value = str(addr.value)
-    if "://" in value or not _HOST.match(value):
-        raise UsageError(f"{_say(addr)} is not a host name or IP address", subject=addr.source,
-                         hint="give a bare host or address like 10.0.0.1 or node-0.svc")
-    if value.count(":") == 1:
-        raise UsageError(f"{_say(addr)} includes a port", subject=addr.source,
-                         hint="give the port separately with --master-port / MASTER_PORT")
+    # Bare, as getaddrinfo and torch's TCPStore take it: [fd00::1] is stored as fd00::1.
+    value = unbracket(str(addr.value))
+    problem = host_problem(value)
+    if problem == HAS_PORT:
+        raise UsageError(f"{_say(addr)} {problem}", subject=addr.source,
+                         hint="give the port separately with --master-port / MASTER_PORT "
+                              "(an IPv6 address alone: fd00::1 or [fd00::1])")
+    if problem:
+        raise UsageError(f"{_say(addr)} {problem}", subject=addr.source,
+                         hint="give a bare host or address like 10.0.0.1, fd00::1 or node-0.svc")
     source["master_addr"] = addr.source
     return value
 
@@ -461,7 +468,7 @@ def describe(plan: LaunchPlan) -> str:
          "also seen: " + ", ".join(plan.platforms[1:])),
         ("nodes", str(plan.nnodes), src.get("nnodes", "")),
         ("node rank", str(plan.node_rank), src.get("node_rank", "")),
-        ("master", f"{plan.master_addr}:{port}",
+        ("master", join_host_port(plan.master_addr, port),
          f"{src.get('master_addr', '')}; port: {src.get('master_port', '')}"),
         ("processes per node", str(plan.nproc_per_node), src.get("nproc_per_node", "")),
         ("devices", devices, ""),

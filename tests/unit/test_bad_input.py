@@ -238,6 +238,40 @@ BAD = [
     ("meshrun-master-addr-with-space",
      {"MESHRUN_NNODES": "2", "MESHRUN_NODE_RANK": "0", "MESHRUN_MASTER_ADDR": "node 0"},
      Flags(), CPU_HOST, ["MESHRUN_MASTER_ADDR"], "is not a host name or IP address"),
+    # --- IPv6: stored bare, endpoints read as [addr]:port, never split into garbage
+    ("master-addr-flag-bracketed-ipv6-with-port", {},
+     Flags(nnodes="2", node_rank="0", master_addr="[fd00::1]:29500"), CPU_HOST,
+     ["--master-addr", "[fd00::1]:29500", "--master-port"], "includes a port"),
+    ("master-addr-var-bare-ipv6-with-port", dict(SEEDS, MASTER_ADDR="fd00::1:29500"), Flags(),
+     CPU_HOST, ["MASTER_ADDR=fd00::1:29500", "MASTER_PORT"], "includes a port"),
+    ("master-addr-brackets-around-a-name", {},
+     Flags(nnodes="2", node_rank="0", master_addr="[node-0]"), CPU_HOST,
+     ["--master-addr", "[node-0]", "fd00::1"], "is not a host name or IP address"),
+    ("master-addr-colons-but-not-ipv6", dict(SEEDS, MASTER_ADDR="fd00:zz::1"), Flags(),
+     CPU_HOST, ["MASTER_ADDR"], "is not a host name or IP address"),
+    ("pet-rdzv-endpoint-ambiguous-ipv6", {"PET_NNODES": "2", "PET_RDZV_ENDPOINT": "fd00::1:2"},
+     Flags(), CPU_HOST, ["PET_RDZV_ENDPOINT", "[addr]:port", "[fd00::1]:2", "[fd00::1:2]"],
+     "is ambiguous"),
+    ("pet-rdzv-endpoint-neither-endpoint-nor-ipv6",
+     {"PET_NNODES": "2", "PET_RDZV_ENDPOINT": "fd00::1:99999"}, Flags(), CPU_HOST,
+     ["PET_RDZV_ENDPOINT", "[addr]:port"], "neither host:port nor an IPv6 address"),
+    ("pet-rdzv-endpoint-brackets-around-a-name",
+     {"PET_NNODES": "2", "PET_RDZV_ENDPOINT": "[node-0]:29400"}, Flags(), CPU_HOST,
+     ["PET_RDZV_ENDPOINT", "[addr]:port"], "brackets must hold an IPv6 address"),
+    ("pet-rdzv-endpoint-unclosed-bracket",
+     {"PET_NNODES": "2", "PET_RDZV_ENDPOINT": "[fd00::1:29400"}, Flags(), CPU_HOST,
+     ["PET_RDZV_ENDPOINT"], "is not an endpoint"),
+    ("pet-rdzv-endpoint-ipv6-port-out-of-range",
+     {"PET_NNODES": "2", "PET_RDZV_ENDPOINT": "[fd00::1]:70000"}, Flags(), CPU_HOST,
+     ["PET_RDZV_ENDPOINT", "70000"], "not one in 1..65535"),
+    ("pet-rdzv-endpoint-port-not-a-number",
+     {"PET_NNODES": "2", "PET_RDZV_ENDPOINT": "node-0:http"}, Flags(), CPU_HOST,
+     ["PET_RDZV_ENDPOINT", "'http'"], "not one in 1..65535"),
+    ("pet-rdzv-endpoint-colon-without-port",
+     {"PET_NNODES": "2", "PET_RDZV_ENDPOINT": "[fd00::1]:"}, Flags(), CPU_HOST,
+     ["PET_RDZV_ENDPOINT"], "without a port"),
+    ("pet-rdzv-endpoint-no-host", {"PET_NNODES": "2", "PET_RDZV_ENDPOINT": ":29400"}, Flags(),
+     CPU_HOST, ["PET_RDZV_ENDPOINT"], "has no host"),
     ("run-id-with-space", {}, Flags(run_id="my run"), CPU_HOST, ["--run-id"],
      "is not a usable run id"),
     ("run-id-with-slash", {"MESHRUN_RUN_ID": "team/run1"}, Flags(), CPU_HOST,
@@ -303,3 +337,21 @@ def test_the_same_input_passes_once_fixed():
     plan({"CUDA_VISIBLE_DEVICES": "7"}, Flags(), GPU8_HOST)
     plan(dict(SLURM_STEP, SLURM_STEP_TASKS_PER_NODE="1(x2)"), Flags(), GPU8_HOST)
     plan({"PET_NNODES": "4:4", "PET_NODE_RANK": "3", "PET_MASTER_ADDR": "h"}, Flags(), CPU_HOST)
+
+
+@pytest.mark.parametrize("env, flags, addr, port", [
+    ({}, Flags(nnodes="2", node_rank="1", master_addr="[fd00::1]", master_port="29500"),
+     "fd00::1", 29500),
+    (dict(SEEDS, RANK="1", MASTER_ADDR="fd00::1", MASTER_PORT="29500"), Flags(), "fd00::1",
+     29500),
+    ({"PET_NNODES": "2", "PET_NODE_RANK": "1", "PET_RDZV_ENDPOINT": "[fd00::1]:2"}, Flags(),
+     "fd00::1", 2),
+    ({"PET_NNODES": "2", "PET_NODE_RANK": "1", "PET_RDZV_ENDPOINT": "[fd00::1:2]"}, Flags(),
+     "fd00::1:2", 29500),
+    ({"PET_NNODES": "2", "PET_NODE_RANK": "1", "PET_RDZV_ENDPOINT": "[fd00::1]:29400"}, Flags(),
+     "fd00::1", 29400),
+], ids=["flag-port-separate", "master-addr-port-separate", "rdzv-endpoint-bracketed-port",
+        "rdzv-endpoint-bracketed-address-alone", "rdzv-endpoint-in-range-port"])
+def test_ipv6_inputs_plan_once_written_as_the_fix_says(env, flags, addr, port):
+    p = plan(env, flags, CPU_HOST)
+    assert (p.master_addr, p.master_port) == (addr, port)

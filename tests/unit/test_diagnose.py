@@ -185,6 +185,11 @@ def test_the_same_failure_in_node_and_rank_logs_is_one_diagnosis(tmp_path):
     (run / "raw" / "rank3.stderr").write_text("Killed\n")  # raw/ is not read
     result = diagnose_files([run])
     assert [(d.code, d.rank, d.host) for d in result] == [("cuda-oom", 3, "gpu-a")]
+    # an earlier run with the same id, its logs kept aside: not this run's failure
+    shutil.copy(LOGS / "meshrun_port_in_use.log", run / "node0.20261123-154150.log")
+    shutil.copy(LOGS / "meshrun_port_in_use.log", run / "rank3.20261123-154150-1.log")
+    assert [(d.code, d.rank) for d in diagnose_files([run])] == [("cuda-oom", 3)]
+    assert [d.code for d in diagnose_files([run / "rank3.20261123-154150-1.log"])] == ["port-in-use"]
 
 
 def test_the_lost_node_comes_before_what_the_survivors_report():

@@ -11,6 +11,7 @@ import pytest
 from meshrun.facts import HostFacts
 from meshrun.plan import Command, describe
 from meshrun.topology import Flags, detect
+from meshrun.topology.address import join_host_port, split_endpoint
 from meshrun.topology.base import derived_port, expand_hostlist, expand_tasks_per_node
 from unit_fakes import CPU_HOST, GPU8_HOST, H100, gpu_uuid, gpus, plan
 
@@ -609,3 +610,112 @@ def test_platform_label_names_flags_when_no_convention_is_seen():
     assert manual.platform == "manual (flags / MESHRUN_*)"
     by_env = detect({"MESHRUN_NNODES": "2", "MESHRUN_NODE_RANK": "0"}, Flags(), host)
     assert by_env.platform == "manual (flags / MESHRUN_*)"
+
+
+# --- IPv6 master addresses -----------------------------------------------------------------
+# Stored bare (what getaddrinfo and torch's TCPStore take: TCPStore("[::1]", ...) never
+# connects), accepted bare or bracketed from every source, printed bracketed beside a port.
+
+PET_2 = {"PET_NNODES": "2", "PET_NODE_RANK": "1"}
+SEEDS_2 = {"WORLD_SIZE": "2", "RANK": "1"}
+SKY_2 = {"SKYPILOT_NUM_NODES": "2", "SKYPILOT_NODE_RANK": "1"}
+
+
+@pytest.mark.parametrize("env, flags, addr, port, shown", [
+    ({}, Flags(nnodes="2", node_rank="1", master_addr="[::1]", master_port="29650"),
+     "::1", 29650, "[::1]:29650"),
+    ({}, Flags(nnodes="2", node_rank="1", master_addr="fd00::1", master_port="29650"),
+     "fd00::1", 29650, "[fd00::1]:29650"),
+    ({"MESHRUN_NNODES": "2", "MESHRUN_NODE_RANK": "1", "MESHRUN_MASTER_ADDR": " [fd00::1] "},
+     Flags(), "fd00::1", 29500, "[fd00::1]:29500"),
+    (dict(SEEDS_2, MASTER_ADDR="[fd00::1]", MASTER_PORT="23456"), Flags(),
+     "fd00::1", 23456, "[fd00::1]:23456"),
+    (dict(SEEDS_2, MASTER_ADDR="fe80::1%eth0"), Flags(), "fe80::1%eth0", 29500,
+     "[fe80::1%eth0]:29500"),
+    (dict(PET_2, PET_MASTER_ADDR="[fd00::1]", PET_MASTER_PORT="29400"), Flags(),
+     "fd00::1", 29400, "[fd00::1]:29400"),
+    (dict(PET_2, PET_RDZV_ENDPOINT="[::1]:29400"), Flags(), "::1", 29400, "[::1]:29400"),
+    (dict(PET_2, PET_RDZV_ENDPOINT="[fd00::1]"), Flags(), "fd00::1", 29500,
+     "[fd00::1]:29500"),
+    (dict(PET_2, PET_RDZV_ENDPOINT="fd00::1"), Flags(), "fd00::1", 29500, "[fd00::1]:29500"),
+    (dict(PET_2, PET_RDZV_ENDPOINT="2001:db8::abcd"), Flags(), "2001:db8::abcd", 29500,
+     "[2001:db8::abcd]:29500"),
+    (dict(PET_2, PET_RDZV_ENDPOINT="fd00::1:29400"), Flags(), "fd00::1", 29400,
+     "[fd00::1]:29400"),
+    (dict(PET_2, PET_RDZV_ENDPOINT="10.0.0.3:29401"), Flags(), "10.0.0.3", 29401,
+     "10.0.0.3:29401"),
+    (dict(PET_2, PET_RDZV_ENDPOINT="node-0.svc:29401"), Flags(), "node-0.svc", 29401,
+     "node-0.svc:29401"),
+    (dict(PET_2, PET_RDZV_ENDPOINT="node-0.svc"), Flags(), "node-0.svc", 29500,
+     "node-0.svc:29500"),
+    (dict(SKY_2, SKYPILOT_NODE_IPS="fd00::5\nfd00::6\n"), Flags(), "fd00::5", 29500,
+     "[fd00::5]:29500"),
+    (dict(SKY_2, SKYPILOT_NODE_IPS="[fd00::5]\n[fd00::6]\n"), Flags(), "fd00::5", 29500,
+     "[fd00::5]:29500"),
+    ({"VC_WORKER_NUM": "2", "VC_TASK_INDEX": "1", "VC_WORKER_HOSTS": "[fd00::7],[fd00::8]"},
+     Flags(), "fd00::7", 29500, "[fd00::7]:29500"),
+], ids=["flag-bracketed", "flag-bare", "meshrun-var-bracketed", "master-addr-bracketed",
+        "master-addr-link-local-zone", "pet-master-addr-bracketed", "rdzv-endpoint-v6-port",
+        "rdzv-endpoint-v6-bracketed-no-port", "rdzv-endpoint-v6-bare-no-port",
+        "rdzv-endpoint-v6-bare-letters", "rdzv-endpoint-v6-bare-5-digit-port",
+        "rdzv-endpoint-v4-port", "rdzv-endpoint-name-port", "rdzv-endpoint-name",
+        "skypilot-ips-bare", "skypilot-ips-bracketed", "volcano-hosts-bracketed"])
+def test_master_address_is_stored_bare_and_shown_bracketed(env, flags, addr, port, shown):
+    p = plan(env, flags, CPU_HOST)
+    assert (p.master_addr, p.master_port) == (addr, port)
+    assert "[" not in p.master_addr
+    row = next(line for line in describe(p).splitlines() if line.lstrip().startswith("master "))
+    assert row.split(" : ", 1)[1].split()[0] == shown, row
+
+
+def test_single_node_master_is_shown_with_auto_port():
+    row = next(line for line in describe(plan()).splitlines()
+               if line.lstrip().startswith("master "))
+    assert row.split(" : ", 1)[1].split()[0] == "127.0.0.1:auto"
+
+
+@pytest.mark.parametrize("env", [
+    dict(PET_2, MASTER_ADDR="[fd00::1]", PET_MASTER_ADDR="fd00::1"),
+    dict(PET_2, MASTER_ADDR="fd00::1", PET_MASTER_ADDR="[fd00::1]"),
+    dict(PET_2, MASTER_ADDR="fd00::1", PET_RDZV_ENDPOINT="[fd00::1]:29400"),
+], ids=["brackets-vs-bare", "bare-vs-brackets", "master-addr-vs-rdzv-endpoint"])
+def test_bracketed_and_bare_ipv6_are_the_same_master(env):
+    assert plan(env, Flags(), CPU_HOST).master_addr == "fd00::1"
+
+
+def test_run_id_hash_does_not_depend_on_brackets():
+    bare = plan({}, Flags(nnodes="2", node_rank="0", master_addr="fd00::1"))
+    bracketed = plan({}, Flags(nnodes="2", node_rank="1", master_addr="[fd00::1]"))
+    assert bare.run_id == bracketed.run_id
+
+
+@pytest.mark.parametrize("host, port, text", [
+    ("fd00::1", 29400, "[fd00::1]:29400"), ("::1", 1, "[::1]:1"),
+    ("10.0.0.1", 29400, "10.0.0.1:29400"), ("node-0.svc", 29400, "node-0.svc:29400"),
+])
+def test_join_host_port_round_trips_through_meshrun_and_torch(host, port, text):
+    assert join_host_port(host, port) == text
+    assert split_endpoint(text, "X") == (host, port)
+    utils = pytest.importorskip("torch.distributed.elastic.rendezvous.utils")
+    assert utils.parse_rendezvous_endpoint(text, default_port=1) == (host, port)
+
+
+@pytest.mark.parametrize("endpoint", [
+    "[fd00::1]:29400", "[fd00::1]", "[::1]:1", "10.0.0.1:29400", "10.0.0.1", "node-0:29400",
+    "node-0.svc",
+])
+def test_endpoints_torch_reads_are_read_the_same(endpoint):
+    utils = pytest.importorskip("torch.distributed.elastic.rendezvous.utils")
+    host, port = utils.parse_rendezvous_endpoint(endpoint, default_port=-1)
+    assert split_endpoint(endpoint, "X") == (host, None if port == -1 else port)
+
+
+@pytest.mark.parametrize("endpoint, expected", [
+    # torch splits these at the last colon ("fd00:" port 1); meshrun reads the address.
+    ("fd00::1", ("fd00::1", None)), ("::1", ("::1", None)),
+    ("2001:db8::abcd", ("2001:db8::abcd", None)),
+    # "1:29400" is no IPv6 group, so only the host:port reading makes sense (torch agrees).
+    ("fd00::1:29400", ("fd00::1", 29400)),
+])
+def test_unbracketed_ipv6_endpoint_is_read_one_way_only(endpoint, expected):
+    assert split_endpoint(endpoint, "PET_RDZV_ENDPOINT") == expected

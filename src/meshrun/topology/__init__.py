@@ -11,17 +11,21 @@ the few host facts detection needs; it reads nothing else. Precedence:
    a documented default) yield to explicit ones.
 
 Every resolved value is a :class:`~meshrun.topology.base.Sourced` that records
-where it came from, so the plan can say it.
+where it came from, so the plan can say it. A master address is kept bare:
+``[fd00::1]`` from any flag or variable becomes ``fd00::1`` (what getaddrinfo and
+torch's TCPStore take; see :mod:`meshrun.topology.address`), so two sources that
+write the same IPv6 address with and without brackets agree.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 from ..errors import UsageError
 from . import (awsbatch, azureml, env_style, kubernetes, lsf, mpi, nnodes_style, sagemaker,
                skypilot, slurm, torchrun_style, volcano)
+from .address import unbracket
 from .base import FIELDS, Claims, HostInfo, Sourced, parse_int
 
 # Most specific first: the first detected one names the platform in the plan.
@@ -101,6 +105,10 @@ def detect(env: Mapping[str, str], flags: Flags = Flags(), host: HostInfo = Host
     master = _master_env(env)
     if master is not None:
         detected.append(master)
+    for claims in detected:  # [fd00::1] -> fd00::1, in one place for every platform
+        if claims.master_addr is not None and isinstance(claims.master_addr.value, str):
+            claims.master_addr = replace(claims.master_addr,
+                                         value=unbracket(claims.master_addr.value))
     for name in (*FIELDS, "world_size", "local_agents"):
         if name in chosen:
             continue
@@ -132,6 +140,8 @@ def _parse(name: str, raw: str, label: str):
                              hint=f"use {label} nodes (WORLD_SIZE counts machines) or "
                                   f"{label} processes (WORLD_SIZE counts GPUs/processes)")
         return value
+    if name == "master_addr":
+        return unbracket(raw)
     return raw.strip()
 
 

@@ -3,7 +3,8 @@ operators) and by Kubeflow Trainer v2 (TrainJob), which exports only these.
 
 ``PET_NNODES`` may be an elastic range ``MIN:MAX``; meshrun runs a fixed node
 count and accepts a range only when MIN == MAX. ``PET_NPROC_PER_NODE`` may be
-``auto``/``gpu``/``cpu``, which means "count this node's devices".
+``auto``/``gpu``/``cpu``, which means "count this node's devices". ``PET_RDZV_ENDPOINT``
+(``host:port``, ``[fd00::1]:29400``) gives the master when ``PET_MASTER_ADDR`` is unset.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import re
 from collections.abc import Mapping
 
 from ..errors import UsageError
+from .address import split_endpoint
 from .base import Claims, HostInfo, Sourced, parse_int, read_int
 
 _TRAINER_MASTER = re.compile(r"^(?P<job>[a-z0-9]([-a-z0-9]*[a-z0-9])?)-node-0-0\.")
@@ -42,11 +44,11 @@ def detect(env: Mapping[str, str], host: HostInfo) -> Claims | None:
     claims.master_port = read_int(env, "PET_MASTER_PORT", minimum=1)
     endpoint = env.get("PET_RDZV_ENDPOINT", "").strip()
     if endpoint and not master:
-        addr, _, port = endpoint.rpartition(":") if ":" in endpoint else (endpoint, "", "")
-        claims.master_addr = Sourced(addr or endpoint, "PET_RDZV_ENDPOINT")
-        if port:
-            claims.master_port = Sourced(parse_int(port, "PET_RDZV_ENDPOINT port", minimum=1,
-                                                   maximum=65535), "PET_RDZV_ENDPOINT")
+        # host:port, [v6]:port, [v6] or a bare v6 address, read as torch reads --rdzv-endpoint.
+        addr, port = split_endpoint(endpoint, "PET_RDZV_ENDPOINT")
+        claims.master_addr = Sourced(addr, "PET_RDZV_ENDPOINT")
+        if port is not None:
+            claims.master_port = Sourced(port, "PET_RDZV_ENDPOINT")
     if trainer:
         claims.run_id = Sourced(f"trainjob-{trainer.group('job')}",
                                 f"derived from the job name in PET_MASTER_ADDR={master}", False)
