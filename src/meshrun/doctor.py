@@ -29,6 +29,7 @@ import socket
 from dataclasses import asdict, dataclass
 
 from .plan import LaunchPlan
+from .topology.address import join_host_port
 
 GIB = 1 << 30
 
@@ -115,7 +116,7 @@ def _dns(plan: LaunchPlan) -> Check:
 def _port(plan: LaunchPlan) -> Check | None:
     if not plan.master_port:
         return None  # single node, a free port is chosen at launch
-    where = f"{plan.master_addr}:{plan.master_port}"
+    where = join_host_port(plan.master_addr, plan.master_port)
     if plan.is_master:
         with socket.socket() as sock:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -26,6 +26,7 @@ from typing import Any, Callable
 
 from .errors import StartupError
 from .plan import LaunchPlan
+from .topology.address import join_host_port
 
 PREFIX = "meshrun/"
 _ATTEMPT_S = 5.0
@@ -46,7 +47,7 @@ def open_store(plan: LaunchPlan, *, clock: Callable[[], float] = time.monotonic)
     """Node 0 hosts the store; the others connect to it, retrying until the join timeout."""
     from torch.distributed import TCPStore
 
-    where = f"{plan.master_addr}:{plan.master_port or 'auto'}"
+    where = join_host_port(plan.master_addr, plan.master_port or "auto")
     if plan.is_master:
         try:
             store = TCPStore(plan.master_addr, plan.master_port, is_master=True,
@@ -147,7 +148,7 @@ def join(job: JobStore, plan: LaunchPlan, *, clock: Callable[[], float] = time.m
             "were given the same rank", code="duplicate-node-rank", subject="--node-rank",
             hint="give every node its own rank 0..N-1 (check NODE_RANK/RANK on each node)")
     joined = store.add(PREFIX + "joined", 1)
-    where = f"{plan.master_addr}:{job.port}"
+    where = join_host_port(plan.master_addr, job.port)
     if plan.nnodes == 1:
         return
     deadline = clock() + plan.join_timeout
