@@ -524,17 +524,18 @@ def _doctor(args: argparse.Namespace) -> int:
     checks = doctor.local_checks(plan, dict(os.environ), checkpoint_dir=args.checkpoint_dir)
     if args.all_nodes and plan.nnodes > 1:
         from . import preflight
-        from .store import join, open_store
+        from .store import join, open_store, store_errors
 
         real_stdout = sys.stdout
         if args.json:
             sys.stdout = sys.stderr  # progress lines ("waiting for nodes") stay off the JSON
         try:
             job = open_store(plan)
-            join(job, plan)
-            mine = preflight.fingerprint(plan, require_paths=tuple(args.require_path))
-            verdict = preflight.exchange(job.store, plan, mine,
-                                         timeout_s=min(plan.join_timeout, 120))
+            with store_errors(plan, job.port, "checking the nodes (doctor --all-nodes)"):
+                join(job, plan)
+                mine = preflight.fingerprint(plan, require_paths=tuple(args.require_path))
+                verdict = preflight.exchange(job.store, plan, mine,
+                                             timeout_s=min(plan.join_timeout, 120))
         finally:
             sys.stdout = real_stdout
         checks += doctor.from_preflight(verdict)

@@ -35,7 +35,7 @@ from typing import Any
 from .errors import EXIT_STARTUP, MeshrunError, StartupError
 from .logs import RANK_PREFIX, LogRouter, worker_logs_spec
 from .plan import LaunchPlan, describe
-from .store import JobStore, join, open_store, say
+from .store import JobStore, join, open_store, say, store_errors
 
 RDZV_BACKEND = "meshrun-c10d"
 AGENT_RUNNING = threading.Event()  # the watchdog may SIGTERM this process only while set
@@ -96,14 +96,16 @@ def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
     started = time.monotonic()
     _quiet_agent_cpp_warnings()
     job = open_store(plan)
-    join(job, plan)
+    with store_errors(plan, job.port, "waiting for the other nodes to join"):
+        join(job, plan)
     if preflight:
         _preflight(job, plan, require_paths)
     elif plan.nnodes > 1:
         say("preflight skipped (--no-preflight)")
     os.environ.update(plan.env_dict())
     # The job's store, for meshrun.progress() in the workers (their MASTER_PORT is their own).
-    os.environ["MESHRUN_STORE"] = f"{plan.master_addr}:{job.port}"
+    os.environ["MESHRUN_STORE"] = f"{plan.master_addr}:{job.port}"  # bare: _progress splits
+                                                                     # at the last ':' 
     # torch's inner rendezvous would host a second, unused worker store in whichever agent
     # it ranks 0; meshrun's handler publishes the workers' store itself (_worker_store_info).
     os.environ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
@@ -307,8 +309,9 @@ def _preflight(job: JobStore, plan: LaunchPlan, require_paths: tuple[str, ...]) 
     hcas = [t.lstrip("=").split(":")[0] for t in env.get("NCCL_IB_HCA", "").split(",") if t]
     mine = preflight.fingerprint(plan, require_paths=require_paths, ib_devices=hcas,
                                  interface=env.get("GLOO_SOCKET_IFNAME", "").lstrip("="))
-    verdict = preflight.exchange(job.store, plan, mine,
-                                 timeout_s=min(plan.join_timeout, 120))
+    with store_errors(plan, job.port, "comparing the nodes (preflight)"):
+        verdict = preflight.exchange(job.store, plan, mine,
+                                     timeout_s=min(plan.join_timeout, 120))
     for warning in verdict.warnings:
         say(f"warning: {warning}")
     preflight.check(verdict)

@@ -357,7 +357,15 @@ def exchange(store: Any, plan: LaunchPlan, mine: Mapping[str, Any], *,
     store.set(f"{KEY}fp/{plan.node_rank}", json.dumps(mine))
     if plan.node_rank == 0:
         keys = [f"{KEY}fp/{r}" for r in range(plan.nnodes)]
-        store.wait(keys, wait)
+        try:
+            store.wait(keys, wait)
+        except RuntimeError:  # DistStoreError: a wait timeout
+            silent = [str(r) for r, k in enumerate(keys) if not store.check([k])]
+            raise StartupError(
+                f"preflight: node(s) {', '.join(silent)} joined but sent no fingerprint "
+                f"within {timeout_s:g} s", code="preflight-timeout", subject="--no-preflight",
+                hint="see those nodes' output (a crash, or a very slow git status or package "
+                     "scan); --no-preflight skips the comparison") from None
         # One round trip each for N fingerprints and N - 1 clock offsets.
         prints = {r: json.loads(v) for r, v in enumerate(store.multi_get(keys))}
         store.set(f"{KEY}t0", repr(time.time()))

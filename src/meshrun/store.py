@@ -16,12 +16,14 @@ use their own prefixes.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import time
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
+from collections.abc import Iterator
 from typing import Any, Callable
 
 from .errors import StartupError
@@ -73,8 +75,13 @@ def open_store(plan: LaunchPlan, *, clock: Callable[[], float] = time.monotonic)
     last_note = started
     while True:
         try:
+            # A plain TCP connect first: refused at once while node 0 is not up yet, where
+            # a TCPStore client would wait out its timeout and print C++ stack traces.
+            left = max(0.1, deadline - clock())
+            socket.create_connection((plan.master_addr, plan.master_port),
+                                     timeout=min(_ATTEMPT_S, left)).close()
             store = TCPStore(plan.master_addr, plan.master_port, is_master=False,
-                             timeout=timedelta(seconds=_ATTEMPT_S))
+                             timeout=timedelta(seconds=min(_ATTEMPT_S, left)))
             break
         except (RuntimeError, ValueError, OSError, TimeoutError) as exc:
             now = clock()
@@ -178,6 +185,30 @@ def join(job: JobStore, plan: LaunchPlan, *, clock: Callable[[], float] = time.m
                 hint=f"start meshrun on the missing nodes with --master-addr {plan.master_addr} "
                      f"--master-port {job.port}, and check they can reach it")
         time.sleep(0.2)
+
+
+@contextlib.contextmanager
+def store_errors(plan: LaunchPlan, port: int | None, step: str) -> Iterator[None]:
+    """Turn a failed store call during ``step`` into one line (exit 3), not a traceback.
+
+    torch raises DistNetworkError when node 0, which hosts the store, went away (it
+    stopped: its own output says why) and DistStoreError when a wait timed out."""
+    try:
+        yield
+    except (RuntimeError, OSError, TimeoutError) as exc:
+        where = join_host_port(plan.master_addr, port or plan.master_port or "auto")
+        if plan.is_master:
+            raise StartupError(f"the job's store failed while {step}: {_first_line(exc)}",
+                               code="store-failed", subject="--master-port",
+                               hint="see the other nodes' output; rerun the job") from None
+        timed_out = "timeout" in str(exc).lower() or isinstance(exc, TimeoutError)
+        raise StartupError(
+            f"node 0's store at {where} " + ("did not answer in time" if timed_out else
+                                             "went away") + f" while {step} "
+            f"({_first_line(exc)})", code="master-lost", subject="--master-addr",
+            hint="node 0 stopped or cannot be reached: its own output says why (a join "
+                 "timeout, a preflight mismatch, a crash); start it again, then this node"
+        ) from None
 
 
 def _first_line(exc: BaseException) -> str:

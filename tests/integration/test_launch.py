@@ -79,6 +79,28 @@ def test_unreachable_master_names_address_and_port(tmp_path):
     assert done.returncode == 3
     error = _error_line(done.stderr)
     assert f"127.0.0.1:{port}" in error and "did not answer" in error
+    out = done.stdout + done.stderr     # waiting is quiet: no C++ client-timeout traces
+    assert "socket.cpp" not in out and "frame #" not in out and "Traceback" not in out
+
+
+def test_node_0_stopping_during_the_join_is_one_line_on_the_others(tmp_path):
+    """Node 0 gives up on a third node that never comes; node 1, waiting with it, says
+    in one line that node 0's store went away (was: a DistNetworkError traceback, exit 1)."""
+    port = str(free_port())
+    argv = [sys.executable, "-m", "meshrun", "run", "--nnodes", "3", "--master-addr",
+            "127.0.0.1", "--master-port", port, "--run-id", "gone"]
+    node0 = subprocess.Popen([*argv, "--node-rank", "0", "--join-timeout", "5", "--", REPORT],
+                             cwd=tmp_path, env=clean_env(), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    node1 = meshrun("run", "--nnodes", "3", "--node-rank", "1", "--master-addr", "127.0.0.1",
+                    "--master-port", port, "--run-id", "gone", "--join-timeout", "60", "--",
+                    REPORT, cwd=tmp_path)
+    assert node0.wait(timeout=60) == 3 and "missing node ranks: 2" in node0.stderr.read()
+    assert node1.returncode == 3, node1.stderr
+    assert "Traceback" not in node1.stderr
+    error = _error_line(node1.stderr)
+    assert f"node 0's store at 127.0.0.1:{port} went away while waiting for the other nodes " \
+           "to join" in error and "fix: " in error
 
 
 def test_worker_failure_exit_code_and_first_error(tmp_path):
