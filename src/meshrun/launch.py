@@ -39,6 +39,32 @@ from .store import JobStore, join, open_store, say, store_errors
 
 RDZV_BACKEND = "meshrun-c10d"
 AGENT_RUNNING = threading.Event()  # the watchdog may SIGTERM this process only while set
+STOPPED_BY_SIGNAL = threading.Event()  # the run was stopped from outside (not by meshrun)
+_STOP_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
+
+
+def _raise_on_signals() -> None:
+    """SIGTERM/SIGINT/SIGHUP/SIGQUIT raise torch's SignalException from now on, as torch's
+    agent handler does — which torch installs only when it starts the workers, after the
+    rendezvous: a signal before that (the watchdog's SIGTERM when a node is lost during
+    the rendezvous, a scheduler's) would otherwise kill meshrun with no report."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+
+    def handler(signum: int, _frame: Any) -> None:
+        raise SignalException(f"Process {os.getpid()} got signal: {signum}",
+                              sigval=signal.Signals(signum))
+
+    for name in _STOP_SIGNALS:
+        signal.signal(getattr(signal, name), handler)
+
+
+def _default_signals() -> None:
+    """Back to the default actions (the first signal has been handled)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for name in _STOP_SIGNALS:
+        signal.signal(getattr(signal, name),
+                      signal.default_int_handler if name == "SIGINT" else signal.SIG_DFL)
 
 
 @dataclass(frozen=True)
@@ -64,15 +90,25 @@ def run(plan: LaunchPlan, *, max_restarts: int = 0, preflight: bool = True,
         write_start(plan, os.environ)
         for moved in router.moved:
             say(f"kept an earlier run's log as {moved}")
+        stopped = False
         try:
             code = _launch(plan, max_restarts, preflight, require_paths, supervision)
         except MeshrunError as err:
             print(err.line(), file=sys.stderr, flush=True)
             code = err.exit_code
+        except Exception as exc:  # noqa: BLE001 - torch's SignalException: stopped from outside
+            sigval = getattr(exc, "sigval", None)
+            if sigval is None:
+                raise
+            print(f"meshrun: node {plan.node_rank} stopped by {sigval.name}", file=sys.stderr,
+                  flush=True)
+            code, stopped = 128 + int(sigval), True
+        stopped = stopped or STOPPED_BY_SIGNAL.is_set()
+        _default_signals()  # a second signal during the clean-up ends meshrun at once
         from .logs import scrub_raw
 
         scrub_raw(plan.log_dir, plan.node_rank)
-        if code != 0:
+        if code != 0 and not stopped:  # nothing to explain when the user or scheduler stopped it
             _explain(plan)
         return code
     finally:
@@ -129,6 +165,7 @@ def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
     target = (["-m", plan.command.target] if plan.command.module
               else ["--", plan.command.target])
     status = "failed"
+    _raise_on_signals()  # before the watchdog may SIGTERM us: torch's own handler comes later
     AGENT_RUNNING.set()
     try:
         try:
@@ -145,6 +182,7 @@ def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
     except SignalException as exc:
         if dog.event is not None:
             return _report_event(dog.event)
+        STOPPED_BY_SIGNAL.set()
         print(f"meshrun: node {plan.node_rank} stopped by {exc.sigval.name}; its workers "
               "were stopped", file=sys.stderr, flush=True)
         return 128 + int(exc.sigval)

@@ -145,8 +145,47 @@ def test_sigterm_stops_a_node_and_its_workers_quickly(tmp_path):
             time.sleep(0.1)
         assert not any(alive(pids[r]) for r in (0, 1))
         assert time.monotonic() - start < 15
+        out0 = (tmp_path / "node0.out").read_text()
+        assert "stopped by SIGTERM" in out0 and "Traceback" not in out0
+        assert "diagnosis:" not in out0      # stopped from outside: nothing to explain
     finally:
         _cleanup(procs, pids)
+
+
+FAKE_NODE = """
+import sys, time
+from datetime import timedelta
+from torch.distributed import TCPStore
+store = TCPStore("127.0.0.1", int(sys.argv[1]), is_master=False, timeout=timedelta(seconds=30))
+store.compare_set("meshrun/node/1", "", "fake pid 1 x")
+store.add("meshrun/joined", 1)
+print("joined", flush=True)
+time.sleep(120)            # never heartbeats, never joins the rendezvous
+"""
+
+
+def test_node_lost_before_the_rendezvous_completes_is_named(tmp_path):
+    """Node 1 joins meshrun's store, then goes silent before torch's rendezvous: the
+    watchdog's SIGTERM comes before torch has installed its own handler (it does so only
+    when it starts the workers). meshrun names the node and exits 4 (was: killed, 143)."""
+    port = str(free_port())
+    node0 = subprocess.Popen(
+        [sys.executable, "-m", "meshrun", "run", "--nnodes", "2", "--node-rank", "0",
+         "--master-addr", "127.0.0.1", "--master-port", port, "--run-id", "early",
+         "--no-preflight", "--node-timeout", "3", "--", LOOP],
+        cwd=tmp_path, env=clean_env(LOOP_DIR=str(tmp_path)), stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True)
+    fake = subprocess.Popen([sys.executable, "-c", FAKE_NODE, port], env=clean_env(),
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        out, _ = node0.communicate(timeout=90)
+        assert node0.returncode == 4, out
+        assert "node 1 (fake) is lost" in out and "Traceback" not in out
+        assert not list(tmp_path.glob("pid.*"))          # no worker ever started
+    finally:
+        for p in (node0, fake):
+            if p.poll() is None:
+                p.kill()
 
 
 def test_killing_simulate_leaves_no_node_agent_or_worker(tmp_path):
