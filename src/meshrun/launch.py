@@ -286,8 +286,10 @@ def _await_event(dog, supervision: Supervision, poll: float = 0.2):
 
 
 def _report_event(event) -> int:
-    from .errors import EXIT_HANG, EXIT_NODE_LOST
+    from .errors import EXIT_HANG, EXIT_NODE_LOST, EXIT_WORKER_FAILED
 
+    if event.kind == "peer-failed":  # another node's workers failed: so did the job
+        return EXIT_WORKER_FAILED
     return EXIT_HANG if event.kind == "hang" else EXIT_NODE_LOST
 
 

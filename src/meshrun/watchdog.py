@@ -58,6 +58,12 @@ def node_lost_line(node: int, host: str, age_s: float, *, store_host: bool = Fal
     return f"meshrun: {what}: last heartbeat {age_s:.1f} s ago"
 
 
+def peer_failed_line(node: int, host: str, me: int, *, store_closed: bool = False) -> str:
+    closed = " (its store closed with it)" if store_closed else ""
+    return (f"meshrun: node {node} ({host}) failed and ends the job{closed}: stopping node "
+            f"{me}'s workers; the cause is in node {node}'s output")
+
+
 def hang_line(stuck: Sequence[tuple[int, int, str]], seconds: float) -> str:
     """``stuck``: (rank, node, host) of each stuck rank."""
     who = ", ".join(f"rank {r} on node {n} ({h})" for r, n, h in stuck) or "no rank identified"
@@ -69,7 +75,7 @@ class Event:
     """What the watchdog found. ``restart``: a hang handled by restarting the workers
     (``pids``: this node's workers of the hung attempt, to be killed)."""
 
-    kind: str  # "node-lost" | "store-lost" | "hang"
+    kind: str  # "node-lost" | "store-lost" | "hang" | "peer-failed"
     line: str
     node: int | None = None
     stuck: list = field(default_factory=list)
@@ -198,7 +204,8 @@ def shut_connections(port: int, addresses: Sequence[str] = ()) -> int:
         except (OSError, ValueError):
             continue
         try:
-            if sock.type == socket.SOCK_STREAM:
+            if sock.type == socket.SOCK_STREAM and sock.family in (socket.AF_INET,
+                                                                   socket.AF_INET6):
                 host, peer_port = sock.getpeername()[:2]
                 host = host.removeprefix("::ffff:")  # IPv4 on a dual-stack socket
                 if peer_port == port and (not addresses or host in addresses):
@@ -265,6 +272,8 @@ class Watchdog(threading.Thread):
         self._probed: dict[int, int] = {}  # rank -> pid probed for the current generation
         self._probed_gen = -1
         self._stale: dict[int, bytes] = {}  # progress values left by the hung attempt
+        self.goodbyes: dict[int, str] = {}  # node -> "done" | "failed", as each said goodbye
+        self._local_failure = False      # this node's workers failed (see suspect())
 
     # -- lifecycle --------------------------------------------------------------------------
     def stop(self, status: str = "done") -> None:
@@ -282,6 +291,12 @@ class Watchdog(threading.Thread):
             return
         try:
             store.set(f"{PREFIX}done/{self.node_rank}", status)
+            if self.node_rank == 0 and status == "failed" and self.nnodes > 1:
+                # Node 0 hosts the store: keep it up for two beats, so the others read that
+                # node 0 failed (and stop) instead of finding its store gone (node lost).
+                until = time.monotonic() + 2 * self.interval + 0.5
+                while time.monotonic() < until and not self.others_done():
+                    time.sleep(0.1)
         except Exception:  # noqa: BLE001, S110 - the store may be gone; nothing to tell then
             pass
         store.close(self._patience)
@@ -292,17 +307,12 @@ class Watchdog(threading.Thread):
         ``interval`` whatever its workers do, so a short silence now means a dead node, and
         the survivors can name it in seconds rather than wait out the full timeout."""
         self._limit = min(self.node_timeout, seconds)
+        self._local_failure = True  # a failed node of its own: another's failure is no news
 
     def run(self) -> None:
         from torch.distributed import TCPStore
 
-        patience = self._patience
-        try:
-            self._store = BoundedStore(TCPStore(self.host, self.port, is_master=False,
-                                                timeout=timedelta(seconds=patience),
-                                                wait_for_workers=False), patience)
-        except Exception:  # noqa: BLE001
-            self._store = None
+        self._store = self._connect()
         beats = 0
         seen: dict[int, tuple[bytes, float]] = {}
         progress_seen: dict[int, tuple[bytes, float]] = {}
@@ -312,6 +322,8 @@ class Watchdog(threading.Thread):
             now = time.monotonic()
             try:
                 if self._store is None:
+                    self._store = self._connect()  # the first try failed, or the last broke
+                if self._store is None:
                     raise ConnectionError("no store connection")
                 beats += 1
                 self._store.set(f"{PREFIX}hb/{self.node_rank}", str(beats))
@@ -320,13 +332,27 @@ class Watchdog(threading.Thread):
                     self._get_or_empty(k) for k in keys]
                 done = {r for r in range(self.nnodes)
                         if self._store.check([f"{PREFIX}done/{r}"])}
+                for r in done - set(self.goodbyes):
+                    self.goodbyes[r] = self._store.get(f"{PREFIX}done/{r}").decode()
                 store_ok_at = now
             except Exception:  # noqa: BLE001 - the store host is gone or frozen
+                if self.node_rank != 0 and self.goodbyes.get(0) == "failed" \
+                        and not self._local_failure:
+                    self._fire(Event("peer-failed", peer_failed_line(
+                        0, self.hosts.get(0, "?"), self.node_rank, store_closed=True), node=0))
+                    return
                 if self.node_rank != 0 and now - store_ok_at >= self._limit:
                     self._fire(Event("store-lost", node_lost_line(
                         0, self.hosts.get(0, "?"), now - store_ok_at, store_host=True), node=0))
                     return
+                self._drop_store()  # a broken connection: a fresh one on the next beat
                 continue
+            failed = sorted(r for r, status in self.goodbyes.items()
+                            if status == "failed" and r != self.node_rank)
+            if failed and not self._local_failure:
+                self._fire(Event("peer-failed", peer_failed_line(
+                    failed[0], self.hosts.get(failed[0], "?"), self.node_rank), node=failed[0]))
+                return
             for rank, value in enumerate(values):
                 if rank not in seen or seen[rank][0] != value:
                     seen[rank] = (value, now)
@@ -463,6 +489,25 @@ class Watchdog(threading.Thread):
             return False
 
     # -- helpers ----------------------------------------------------------------------------
+    def _connect(self) -> "BoundedStore | None":
+        """A client of the job's store, every call bounded; None when it cannot be had now."""
+        from torch.distributed import TCPStore
+
+        try:
+            return BoundedStore(TCPStore(self.host, self.port, is_master=False,
+                                         timeout=timedelta(seconds=self._patience),
+                                         wait_for_workers=False), self._patience)
+        except Exception:  # noqa: BLE001
+            return None
+
+    def _drop_store(self) -> None:
+        store, self._store = self._store, None
+        if store is not None:
+            try:
+                store.close(0.5)
+            except Exception:  # noqa: BLE001, S110
+                pass
+
     def _fire(self, event: Event) -> None:
         """A job-stopping event: record it, then let ``on_event`` stop the workers."""
         self.event = event

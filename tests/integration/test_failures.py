@@ -152,6 +152,20 @@ def test_sigterm_stops_a_node_and_its_workers_quickly(tmp_path):
         _cleanup(procs, pids)
 
 
+def test_node_0_failing_stops_the_others_with_its_name_not_as_lost(tmp_path):
+    """Rank 0 fails; rank 1 on node 1 sleeps outside any collective, so nothing but meshrun
+    tells it. Node 1 reads node 0's goodbye ("failed") and stops its workers: exit 1 and a
+    line naming node 0's failure, not "node 0 ... is lost" (exit 4) once its store closes."""
+    done = meshrun("simulate", "--nodes", "2", "--nproc-per-node", "1", "--run-id", "r0",
+                   "--", str(SCRIPTS / "fail_on_rank.py"), "0", "sleep", cwd=tmp_path,
+                   timeout=90)
+    node1 = (tmp_path / "logs" / "r0" / "node1.log").read_text()
+    assert "node 0 (" in node1 and "failed and ends the job: stopping node 1's workers" in node1
+    assert "is lost" not in node1 and "Traceback" not in node1
+    assert "rank 0 on node 0" in done.stdout + done.stderr
+    assert done.returncode == 7, done.stderr[-2000:]     # the failed worker's own code
+
+
 FAKE_NODE = """
 import sys, time
 from datetime import timedelta

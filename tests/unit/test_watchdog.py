@@ -112,6 +112,7 @@ def test_bounded_store_close_ends_its_thread():
 
 
 def test_shut_connections_wakes_a_reader_whose_peer_went_silent():
+    unix = socket.socketpair()         # a Unix socket (empty peer name) is passed over
     server = socket.create_server(("127.0.0.1", 0))
     port = server.getsockname()[1]
     client = socket.create_connection(("127.0.0.1", port))
@@ -124,6 +125,74 @@ def test_shut_connections_wakes_a_reader_whose_peer_went_silent():
     assert shut_connections(port, ("127.0.0.1",)) == 1
     reader.join(2)
     assert not reader.is_alive() and got == [b""]
-    assert shut_connections(port + 1 if port < 65535 else port - 1) == 0
-    for s in (client, peer, server):
+    assert shut_connections(port + 1 if port < 65535 else port - 1) == 0  # any address
+    for s in (client, peer, server, *unix):
         s.close()
+
+
+# --- the watchdog's loop against a real TCPStore in this process ---------------------------
+
+def _store_and_dog(**kw):
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore
+
+    from meshrun.watchdog import Watchdog
+
+    master = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                      timeout=timedelta(seconds=5))
+    events: list = []
+    dog = Watchdog(host="127.0.0.1", port=master.port, node_rank=1, nnodes=2, world_size=2,
+                   hosts={0: "h0", 1: "h1"}, node_timeout=kw.pop("node_timeout", 3.0),
+                   hang_timeout=0, interval=0.2, on_event=events.append, **kw)
+    return master, dog, events
+
+
+def _beat(master, seconds: float) -> None:
+    """Node 0's heartbeat, from the test, for ``seconds``."""
+    end, n = time.monotonic() + seconds, 0
+    while time.monotonic() < end:
+        n += 1
+        master.set("meshrun/hb/0", str(n))
+        time.sleep(0.1)
+
+
+def test_watchdog_connects_again_when_its_first_try_failed(monkeypatch):
+    from meshrun.watchdog import Watchdog
+
+    master, dog, events = _store_and_dog()
+    real, tries = Watchdog._connect, []
+
+    def flaky(self):
+        tries.append(1)
+        return None if len(tries) == 1 else real(self)
+
+    monkeypatch.setattr(Watchdog, "_connect", flaky)
+    dog.start()
+    _beat(master, 1.5)
+    assert len(tries) >= 2 and master.check(["meshrun/hb/1"])  # it beats: it reconnected
+    assert events == [] and dog.event is None
+    dog.stop("done")
+    assert master.get("meshrun/done/1") == b"done"
+
+
+def test_watchdog_stops_its_node_when_another_node_failed():
+    master, dog, events = _store_and_dog()
+    dog.start()
+    _beat(master, 0.5)
+    master.set("meshrun/done/0", "failed")     # node 0's goodbye after its workers failed
+    _beat(master, 1.0)
+    dog.stop("failed")
+    assert [e.kind for e in events] == ["peer-failed"]
+    assert events[0].node == 0 and events[0].line.startswith(
+        "meshrun: node 0 (h0) failed and ends the job: stopping node 1's workers")
+
+
+def test_watchdog_after_a_local_failure_leaves_another_node_failure_alone():
+    master, dog, events = _store_and_dog()
+    dog.start()
+    dog.suspect(5.0)                           # this node's own workers failed first
+    master.set("meshrun/done/0", "failed")
+    _beat(master, 1.0)
+    dog.stop("failed")
+    assert events == []                        # its own failure is the story, not node 0's

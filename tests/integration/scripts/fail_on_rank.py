@@ -1,6 +1,8 @@
-"""Fails with exit code 7 on the rank given as argv[1]; the others wait at a barrier."""
+"""Fails with exit code 7 on the rank given as argv[1]; the others wait at a barrier, or
+with argv[2] == "sleep", sleep 120 s outside any collective (nothing tells them)."""
 
 import sys
+import time
 
 import torch.distributed as dist
 
@@ -8,4 +10,6 @@ dist.init_process_group("gloo")
 if dist.get_rank() == int(sys.argv[1]):
     print("about to fail", flush=True)
     raise SystemExit(7)
+if sys.argv[2:] == ["sleep"]:
+    time.sleep(120)
 dist.barrier()
