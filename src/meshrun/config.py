@@ -590,6 +590,13 @@ def resolve(*, recipe_defaults: Mapping | None, file_data: Mapping | None,
         source["train.lr"] = f"scaled from {_num(train.lr)}, {source['train.lr']}"
     base_lr = train.lr
     sections["train"] = replace(train, lr=lr, grad_accum=grad_accum)
+    name = merged.get("recipe")
+    if name:
+        from .recipes import RECIPES  # torch-free registry
+
+        if name in RECIPES:  # the model settings, as the workers will check them (laid
+            recipe = RECIPES[name]  # over the recipe's own defaults, as the workers do)
+            recipe.check_model({**recipe.defaults.get("model", {}), **model}, parallel.tp)
     if train.warmup_steps >= train.steps:
         warnings.append(f"train.warmup_steps {train.warmup_steps} >= train.steps "
                         f"{train.steps}: the run ends before lr reaches {_num(lr)}")

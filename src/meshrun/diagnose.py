@@ -211,7 +211,8 @@ class Signature:
     tier of :data:`TIERS` (or a function of the hit, for a message whose meaning
     depends on its numbers). ``confirm`` is a regex that must also occur in the same
     file, with ``{group}`` replaced by that named group of the match (escaped).
-    ``exclude`` rejects lines that match it. ``suppresses`` names codes this one
+    ``exclude`` rejects lines that match it; ``worker_only`` matches only lines a rank
+    printed. ``suppresses`` names codes this one
     explains when both are found for the same rank. ``expand`` turns one hit into
     several (rank, host) pairs (a hang line naming several stuck ranks).
     """
@@ -227,6 +228,7 @@ class Signature:
     exclude: re.Pattern | None = None
     suppresses: tuple[str, ...] = ()
     expand: Callable[[Hit], list[tuple[int | None, str | None]]] | None = None
+    worker_only: bool = False  # only lines a worker printed (a rank's), not meshrun's own
     #: per pattern, a literal every match contains (see :func:`needle`); derived
     needles: tuple[str | None, ...] = field(init=False, repr=False, compare=False)
 
@@ -572,6 +574,12 @@ CATALOG: tuple[Signature, ...] = (
          "activate the same environment on every node; workers use meshrun's own interpreter",
          SETUP, "`ModuleNotFoundError: No module named 'torch'`",
          suppresses=("python-module-missing",)),
+    _sig("worker-bad-input", "the job's input refused",
+         [r"^meshrun: error: (?P<msg>.+?); fix: (?P<hint>.+)$"],
+         lambda h: h.match["msg"], lambda h: h.match["hint"],
+         SETUP, "`meshrun: error: ...; fix: ...` printed by a worker: a job config, "
+         "MESHRUN_* variable or checkpoint the training side refused",
+         worker_only=True),
     _sig("python-module-missing", "a Python module is missing",
          [r"ModuleNotFoundError: No module named '(?P<mod>[\w.]+)'"],
          _module_cause,
@@ -1308,6 +1316,8 @@ def _diagnose(named: Sequence[tuple[str, str]], job: Any) -> list[Diagnosis]:
             if line.skip or line.quoted or not line.body or not _ANY.search(line.body):
                 continue
             for sig in CATALOG:
+                if sig.worker_only and line.rank is None:
+                    continue
                 match = sig.find(line.body)
                 if match is None or not _confirmed(sig, match, f.text):
                     continue

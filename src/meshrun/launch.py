@@ -24,6 +24,7 @@ the agent, plus the plan's variables (``CUDA_VISIBLE_DEVICES``,
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import sys
@@ -377,19 +378,31 @@ def _report_failure(plan: LaunchPlan, failed: Any) -> int:
            else f"exited with code {code}")
     print(f"meshrun: rank {rank} on node {plan.node_rank} ({socket.gethostname()}) {how}",
           file=sys.stderr, flush=True)
-    line = _first_error_line(failure, plan, rank)
-    if line:
-        print(f"meshrun:   first error: {line}", file=sys.stderr, flush=True)
+    line, where = _first_error_line(failure, plan, rank), rank
     others = sorted(r for r in failed.failures if r != rank)
+    if not _ERRORISH.search(line):  # the first to exit printed no error: another rank did?
+        for other in others:
+            said = _first_error_line(failed.failures[other], plan, other)
+            if _ERRORISH.search(said):
+                line, where = said, other
+                break
+    if line:
+        whose = f" (rank {where})" if where != rank else ""
+        print(f"meshrun:   first error{whose}: {line}", file=sys.stderr, flush=True)
     if others:
         print(f"meshrun:   also failed: ranks {', '.join(map(str, others))}", file=sys.stderr)
-    print(f"meshrun:   logs: {plan.log_dir}/rank{rank}.log", file=sys.stderr, flush=True)
+    print(f"meshrun:   logs: {plan.log_dir}/rank{where}.log", file=sys.stderr, flush=True)
     if code < 0:
         return 128 + (-code)
     return code if code > 0 else 1
 
 
+_ERRORISH = re.compile(r"Error|Exception|^meshrun: error: |Traceback|FATAL|Killed")
+
+
 def _first_error_line(failure: Any, plan: LaunchPlan, rank: int) -> str:
+    """The rank's error: torch's error file's message, else the last line of its log that
+    reads like an error, else its last line."""
     message = failure.message
     if isinstance(message, dict):
         text = message.get("message", "")
@@ -402,7 +415,7 @@ def _first_error_line(failure: Any, plan: LaunchPlan, rank: int) -> str:
     except OSError:
         return ""
     for line in reversed(lines):
-        if "Error" in line or "Exception" in line:
+        if _ERRORISH.search(line):
             return line[:300]
     return lines[-1][:300] if lines else ""
 

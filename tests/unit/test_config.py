@@ -39,12 +39,13 @@ def job(file_data=None, sets=(), *, nnodes=1, nproc=1, recipe_defaults=None,
 
 # --- precedence -------------------------------------------------------------------------------
 
-RECIPE = {"recipe": "mlp-tp", "train": {"steps": 50, "lr": 3e-3},
+# A recipe of the tests' own (not registered: its model keys are checked by nobody).
+RECIPE = {"recipe": "demo", "train": {"steps": 50, "lr": 3e-3},
           "model": {"hidden": 64, "dropout": 0.0, "bias": True, "act": "gelu"}}
 
 
 @pytest.mark.parametrize("file_data, sets, steps, source", [
-    (None, [], 50, "recipe mlp-tp"),
+    (None, [], 50, "recipe demo"),
     ({"train": {"steps": 40}}, [], 40, "config job.toml"),
     ({"train": {"steps": 40}, "profiles": {"4": {"train": {"steps": 30}}}}, [], 30,
      "profiles.4"),
@@ -58,7 +59,7 @@ def test_precedence_chain(file_data, sets, steps, source):
     cfg = job(file_data, sets, nnodes=2, nproc=2, recipe_defaults=RECIPE)
     assert (cfg.train.steps, cfg.source["train.steps"]) == (steps, source)
     # keys nobody overrode keep their layer
-    assert (cfg.train.lr, cfg.source["train.lr"]) == (3e-3, "recipe mlp-tp")
+    assert (cfg.train.lr, cfg.source["train.lr"]) == (3e-3, "recipe demo")
     assert (cfg.parallel.tp, cfg.source["parallel.tp"]) == (1, "default")
 
 
@@ -74,7 +75,7 @@ def test_recipe_profile_yields_to_the_users_file():
     recipe = dict(RECIPE, profiles={"4": {"train": {"steps": 7, "lr": 1e-3}}})
     cfg = job({"train": {"steps": 40}}, nnodes=2, nproc=2, recipe_defaults=recipe)
     assert (cfg.train.steps, cfg.source["train.steps"]) == (40, "config job.toml")
-    assert (cfg.train.lr, cfg.source["train.lr"]) == (1e-3, "recipe mlp-tp profiles.4")
+    assert (cfg.train.lr, cfg.source["train.lr"]) == (1e-3, "recipe demo profiles.4")
 
 
 def test_recipe_name_from_file_or_set():
@@ -90,6 +91,26 @@ def test_model_values_checked_against_the_recipe():
     assert cfg.source["model.hidden"] == "config job.toml"
     # without recipe model defaults the table is free-form
     assert job({"model": {"anything": "goes"}}).model == {"anything": "goes"}
+
+
+@pytest.mark.parametrize("data, sets, nproc, words", [
+    ({"recipe": "mlp-tp", "model": {"hidden": 101}}, ["parallel.tp=2"], 2,
+     "model.hidden: 101 is not divisible by tp 2"),
+    ({"recipe": "mlp-tp"}, ["model.depth=0"], 2, "model.depth: 0 is not a positive integer"),
+    ({"recipe": "mlp-tp", "model": {"width": 3}}, [], 2, "unknown key(s) width for mlp-tp"),
+    ({"recipe": "autoencoder"}, ["parallel.tp=2"], 2, "the autoencoder has no tensor parallel"),
+    ({"recipe": "autoencoder", "model": {"frames": 7}}, [], 1, "model.frames: 7 is odd"),
+    ({"recipe": "autoencoder", "model": {"size": 30}}, [], 1, "model.size: 30 is not a multiple"),
+], ids=["hidden-not-divisible-by-tp", "depth-zero", "unknown-mlp-key", "autoencoder-tp",
+        "odd-frames", "size-not-multiple-of-4"])
+def test_registered_recipes_models_are_checked_when_planning(data, sets, nproc, words):
+    """What the workers would refuse after start-up, refused by the plan (exit 2, nothing
+    started): the registered recipe's model check, over its own defaults."""
+    with pytest.raises(UsageError) as caught:
+        job(data, sets, nproc=nproc)
+    assert words in caught.value.line() and "fix: " in caught.value.line()
+    # the recipes' defaults pass
+    assert job({"recipe": data["recipe"]}, nproc=nproc if data["recipe"] == "mlp-tp" else 1)
 
 
 # --- effective batch and learning rate ----------------------------------------------------------

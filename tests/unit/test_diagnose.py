@@ -109,6 +109,7 @@ EXPECTED: dict[str, list[tuple[str, int | None, str | None]]] = {
     "torch21_master_refused.log": [("master-unreachable", None, None)],
     "store_barrier_too_many.log": [("store-barrier-timeout", 3, None)],
     "unknown_plain_traceback.log": [("unknown", None, None)],
+    "worker_bad_input.log": [("worker-bad-input", 0, "vm")],
 }
 
 
@@ -189,7 +190,7 @@ def test_the_same_failure_in_node_and_rank_logs_is_one_diagnosis(tmp_path):
     shutil.copy(LOGS / "meshrun_port_in_use.log", run / "node0.20261123-154150.log")
     shutil.copy(LOGS / "meshrun_port_in_use.log", run / "rank3.20261123-154150-1.log")
     assert [(d.code, d.rank) for d in diagnose_files([run])] == [("cuda-oom", 3)]
-    assert [d.code for d in diagnose_files([run / "rank3.20261123-154150-1.log"])] == ["port-in-use"]
+    assert [d.code for d in diagnose_files([run / "node0.20261123-154150.log"])] == ["port-in-use"]
 
 
 def test_the_lost_node_comes_before_what_the_survivors_report():

@@ -25,11 +25,12 @@ Full manual: ``docs/recipes.md``.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import UsageError
+from . import _models
 
 # The schema every recipe's config follows (see docs/recipes.md for each key).
 # "world_size", "dp" and "effective_batch" are derived at run time and absent here.
@@ -62,12 +63,15 @@ AUTOENCODER_DEFAULTS: dict[str, Any] = {
 
 @dataclass(frozen=True)
 class Recipe:
-    """One registered recipe: its name, the module workers run, and its defaults."""
+    """One registered recipe: its name, the module workers run, its defaults, and the
+    pure check of its ``model`` settings against a tp size (:mod:`._models`)."""
 
     name: str
     module: str
     summary: str
     defaults: Mapping[str, Any] = field(repr=False)
+    check_model: Callable[[Mapping[str, Any], int], dict[str, int]] = field(
+        repr=False, default=lambda model, tp: dict(model))
 
     def config(self) -> dict[str, Any]:
         """A fresh, mutable copy of the defaults."""
@@ -76,10 +80,11 @@ class Recipe:
 
 RECIPES: dict[str, Recipe] = {
     "mlp-tp": Recipe("mlp-tp", "meshrun.recipes.mlp_tp",
-                     "MLP, tensor parallel within FSDP2 data-parallel groups", MLP_TP_DEFAULTS),
+                     "MLP, tensor parallel within FSDP2 data-parallel groups", MLP_TP_DEFAULTS,
+                     _models.mlp_tp),
     "autoencoder": Recipe("autoencoder", "meshrun.recipes.autoencoder",
                           "3-D conv video autoencoder, FSDP2 (ZeRO-3), PSNR",
-                          AUTOENCODER_DEFAULTS),
+                          AUTOENCODER_DEFAULTS, _models.autoencoder),
 }
 
 

@@ -39,6 +39,25 @@ SCHEDULES = ("constant", "cosine", "linear")
 PRECISIONS = ("auto", "bf16", "fp32")
 
 
+def parse_peak_flops(raw: str) -> float | None:
+    """``MESHRUN_PEAK_FLOPS``: None when unset or blank, else a positive number of FLOP/s
+    (a :class:`UsageError` naming the variable otherwise). Pure: the launcher checks it
+    before any worker starts, the training loop uses it."""
+    raw = raw.strip()
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise UsageError(f"MESHRUN_PEAK_FLOPS={raw!r} is not a positive number",
+                         subject="MESHRUN_PEAK_FLOPS",
+                         hint="give the device's dense bf16 peak in FLOP/s, e.g. "
+                              "MESHRUN_PEAK_FLOPS=989e12 for an H100 SXM, or unset it")
+    return value
+
+
 def _fail(key: str, message: str, hint: str) -> UsageError:
     return UsageError(f"job config {key}: {message}", subject=key, hint=hint)
 

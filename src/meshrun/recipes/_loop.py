@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import sys
 import time
@@ -53,7 +52,7 @@ from .. import checkpoint as ckpt
 from .._progress import progress
 from ..dist import RankInfo
 from ..errors import MeshrunError, UsageError
-from ._job import Job
+from ._job import Job, parse_peak_flops
 
 # Dense bf16 tensor-core peak per GPU, FLOP/s, matched against the CUDA device name
 # (first match wins, so the specific names come first).
@@ -81,16 +80,8 @@ def device_peak(device: torch.device, env: Mapping[str, str]) -> tuple[float | N
     table, gives ``(None, why)``.
     """
     raw = env.get("MESHRUN_PEAK_FLOPS", "").strip()
-    if raw:
-        try:
-            value = float(raw)
-        except ValueError:
-            value = math.nan
-        if not math.isfinite(value) or value <= 0:
-            raise UsageError(f"MESHRUN_PEAK_FLOPS={raw!r} is not a positive number",
-                             subject="MESHRUN_PEAK_FLOPS",
-                             hint="give the device's dense bf16 peak in FLOP/s, e.g. "
-                                  "MESHRUN_PEAK_FLOPS=989e12 for an H100 SXM, or unset it")
+    value = parse_peak_flops(raw)
+    if value is not None:
         return value, f"MESHRUN_PEAK_FLOPS={raw}"
     if device.type != "cuda":
         return None, "no MFU on a CPU unless MESHRUN_PEAK_FLOPS is set"

@@ -41,8 +41,7 @@ import torch
 from torch import nn
 
 from ..dist import init_distributed
-from ..errors import UsageError
-from . import _job, _loop
+from . import _job, _loop, _models
 from .mlp_tp import sample_seed
 
 RECIPE = "autoencoder"
@@ -100,32 +99,8 @@ class VideoAutoencoder(nn.Module):
 
 
 def model_config(job: _job.Job) -> dict[str, int]:
-    """``job.model`` checked: frames even, size a multiple of 4, tp 1."""
-    if job.parallel.tp != 1:
-        raise UsageError(f"job config parallel.tp: the autoencoder has no tensor parallel "
-                         f"layers (tp {job.parallel.tp})", subject="parallel.tp",
-                         hint="set parallel.tp = 1 for the autoencoder")
-    m = dict(job.model)
-    unknown = sorted(set(m) - {"frames", "size", "channels", "latent"})
-    if unknown:
-        raise UsageError(f"job config model: unknown key(s) {', '.join(unknown)} for "
-                         "autoencoder", subject="model",
-                         hint="the autoencoder takes model.frames, size, channels, latent")
-    out = {}
-    for key in ("frames", "size", "channels", "latent"):
-        value = m.get(key)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise UsageError(f"job config model.{key}: {value!r} is not a positive integer",
-                             subject=f"model.{key}", hint=f"set model.{key} to an integer >= 1")
-        out[key] = value
-    if out["frames"] % 2:
-        raise UsageError(f"job config model.frames: {out['frames']} is odd; the encoder "
-                         "halves time", subject="model.frames", hint="use an even frame count")
-    if out["size"] % 4:
-        raise UsageError(f"job config model.size: {out['size']} is not a multiple of 4; the "
-                         "encoder divides it by 4", subject="model.size",
-                         hint=f"use {out['size'] // 4 * 4 or 4} or {out['size'] // 4 * 4 + 4}")
-    return out
+    """``job.model`` checked: frames even, size a multiple of 4, tp 1 (:mod:`._models`)."""
+    return _models.autoencoder(job.model, job.parallel.tp)
 
 
 def shard(model: VideoAutoencoder, mesh, job: _job.Job) -> VideoAutoencoder:

@@ -42,7 +42,7 @@ import torch
 from torch import nn
 
 from ..dist import init_distributed
-from . import _job, _loop
+from . import _job, _loop, _models
 
 RECIPE = "mlp-tp"
 
@@ -104,27 +104,8 @@ class MLP(nn.Module):
 
 
 def model_config(job: _job.Job) -> dict[str, int]:
-    """``job.model`` checked: positive dims, hidden divisible by tp."""
-    from ..errors import UsageError
-
-    m = dict(job.model)
-    unknown = sorted(set(m) - {"dim", "hidden", "depth"})
-    if unknown:
-        raise UsageError(f"job config model: unknown key(s) {', '.join(unknown)} for mlp-tp",
-                         subject="model", hint="mlp-tp takes model.dim, model.hidden, "
-                                               "model.depth")
-    out = {}
-    for key in ("dim", "hidden", "depth"):
-        value = m.get(key)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise UsageError(f"job config model.{key}: {value!r} is not a positive integer",
-                             subject=f"model.{key}", hint=f"set model.{key} to an integer >= 1")
-        out[key] = value
-    if out["hidden"] % job.parallel.tp:
-        raise UsageError(f"job config model.hidden: {out['hidden']} is not divisible by tp "
-                         f"{job.parallel.tp}", subject="model.hidden",
-                         hint=f"pick a hidden size that is a multiple of {job.parallel.tp}")
-    return out
+    """``job.model`` checked: positive dims, hidden divisible by tp (:mod:`._models`)."""
+    return _models.mlp_tp(job.model, job.parallel.tp)
 
 
 def parallelize(model: MLP, mesh, job: _job.Job) -> MLP:
