@@ -24,7 +24,10 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
 fi
 
 PY=${PYTHON:-python3}
-# The CPU build of torch first (an unpinned torch would pull several GB of CUDA wheels).
+# torch pinned first (an unpinned torch would pull several GB of CUDA wheels). On the
+# project's machines the pin resolves to a local CPU build; on stock PyPI (Linux x86_64) it
+# is the CUDA build: there, install the CPU build first from
+# https://download.pytorch.org/whl/cpu (README, Quick start).
 "$PY" -m pip install -q --disable-pip-version-check "torch==2.13.0"
 "$PY" -m pip install -q --disable-pip-version-check -e '.[test]'
 # DeepSpeed ships only an sdist whose setup.py imports torch: build it against the torch

@@ -18,7 +18,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from . import __version__
 from .errors import MeshrunError, UsageError
@@ -338,6 +338,7 @@ def _dispatch(args: argparse.Namespace, command: list[str] | None, is_module: bo
 
         plan = make_plan_here(args, cmd, job)
         check_command(cmd)
+        check_worker_env(os.environ)
         return run(plan, max_restarts=_restarts(args),
                    preflight=not args.no_preflight, require_paths=tuple(args.require_path),
                    supervision=_supervision(args))
@@ -345,6 +346,7 @@ def _dispatch(args: argparse.Namespace, command: list[str] | None, is_module: bo
         from .simulate import simulate
 
         check_command(cmd)
+        check_worker_env(os.environ)
         return simulate(args, cmd, max_restarts=_restarts(args), job=job)
     raise UsageError(f"unknown command {args.verb!r}", hint="see 'meshrun --help'")
 
@@ -609,6 +611,13 @@ def job_input(args: argparse.Namespace, cmd):
         cmd = Command(recipe.module, module=True)
     return JobInput(recipe_defaults=recipe.defaults if recipe else None, file_data=file_data,
                     sets=sets or None, config_path=args.config), cmd
+
+
+def check_worker_env(env: Mapping[str, str]) -> None:
+    """Variables the workers read that meshrun can check before starting them."""
+    from .recipes._job import parse_peak_flops
+
+    parse_peak_flops(env.get("MESHRUN_PEAK_FLOPS", ""))
 
 
 def check_command(cmd) -> None:

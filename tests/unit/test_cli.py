@@ -144,11 +144,15 @@ def test_plan_flags_beat_meshrun_variables_and_cuda_visible_devices_is_honoured(
     (["run", "--", "tests"], {}, ["tests is a folder, not a script"]),
     (["run", "-m", "no_such_pkg.train"], {}, ["-m no_such_pkg.train", "'no_such_pkg'"]),
     (["simulate", "--nodes", "2", "--", "no_such_train.py"], {}, ["no_such_train.py"]),
+    (["run", "--recipe", "mlp-tp", "--nproc-per-node", "2"], {"MESHRUN_PEAK_FLOPS": "fast"},
+     ["MESHRUN_PEAK_FLOPS='fast'"]),
+    (["run", "--recipe", "mlp-tp", "--nproc-per-node", "2", "--set", "model.hidden=101"], {},
+     ["model.hidden: 101 is not divisible by tp 2"]),
 ], ids=["bad-port-flag", "rank-above-world-size", "missing-gpu", "too-many-processes",
         "slurm-batch-outside-srun", "unknown-flag", "unknown-command", "run-without-command",
         "run-inside-worker", "run-dash-m-without-module", "missing-script",
         "missing-script-without-dashes", "script-is-a-folder", "missing-module",
-        "simulate-missing-script"])
+        "simulate-missing-script", "bad-peak-flops", "recipe-model-refused-before-launch"])
 def test_bad_input_through_the_cli(gpu_bin, args, extra, names):
     assert_one_error_line(meshrun_cli(*args, env=neutral_env(gpu_bin, **extra)), *names)
 
