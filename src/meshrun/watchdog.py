@@ -336,6 +336,7 @@ class Watchdog(threading.Thread):
                     self.goodbyes[r] = self._store.get(f"{PREFIX}done/{r}").decode()
                 store_ok_at = now
             except Exception:  # noqa: BLE001 - the store host is gone or frozen
+                now = time.monotonic()  # the failed calls may have taken seconds
                 if self.node_rank != 0 and self.goodbyes.get(0) == "failed" \
                         and not self._local_failure:
                     self._fire(Event("peer-failed", peer_failed_line(
@@ -491,9 +492,15 @@ class Watchdog(threading.Thread):
     # -- helpers ----------------------------------------------------------------------------
     def _connect(self) -> "BoundedStore | None":
         """A client of the job's store, every call bounded; None when it cannot be had now."""
+        import socket
+
         from torch.distributed import TCPStore
 
         try:
+            # A plain connect first: refused at once when the store's host is gone, where a
+            # TCPStore client would retry for its whole timeout and print C++ frames.
+            socket.create_connection((self.host, self.port),
+                                     timeout=min(1.0, self._patience)).close()
             return BoundedStore(TCPStore(self.host, self.port, is_master=False,
                                          timeout=timedelta(seconds=self._patience),
                                          wait_for_workers=False), self._patience)
