@@ -57,4 +57,9 @@ def test_max_restarts_restarts_every_node_through_the_rendezvous(tmp_path):
     done = meshrun("simulate", "--nodes", "2", "--nproc-per-node", "1", "--max-restarts", "1",
                    "--", str(SCRIPTS / "fail_first_attempt.py"), cwd=tmp_path, check_rc=0)
     found = reports(done.stdout)
-    assert [(r["rank"], r["attempt"], r["sum"]) for r in found] == [(0, 1, 2), (1, 1, 2)]
+    assert [(r["rank"], r["sum"]) for r in found] == [(0, 2), (1, 2)]
+    # Rank 1 failed, so node 1's agent used its restart. Node 0's agent restarts its worker
+    # either because that worker failed too (its all-reduce partner died: count 1) or, if
+    # node 1 re-entered the rendezvous first, for the membership change, which torch does
+    # not count (TORCHELASTIC_RESTART_COUNT stays 0). Both orders happen.
+    assert found[1]["attempt"] == 1 and found[0]["attempt"] in (0, 1)
