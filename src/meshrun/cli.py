@@ -76,7 +76,6 @@ def _watch_flags(parser: argparse.ArgumentParser) -> None:
 
 def _supervision(args: argparse.Namespace):
     from .launch import Supervision
-    from .topology.base import parse_int
 
     values = {}
     for name, minimum in (("node_timeout", 2), ("hang_timeout", 0)):
@@ -87,9 +86,25 @@ def _supervision(args: argparse.Namespace):
             label = env_name
         else:
             label = "--" + name.replace("_", "-")
-        if raw not in (None, ""):
-            values[name] = float(parse_int(raw, label, minimum=minimum))
+        if raw is not None and raw.strip():  # blank: unset, as every other variable
+            values[name] = _seconds(raw, label, minimum)
     return Supervision(**values)
+
+
+def _seconds(raw: str, label: str, minimum: float) -> float:
+    """A number of seconds >= ``minimum`` (2.5 is fine); one line naming ``label`` if not."""
+    import math
+
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < minimum:
+        raise UsageError(f"{label}={raw.strip()!r} is not a number of seconds >= {minimum:g}",
+                         subject=label, hint=f"give seconds, e.g. {label} "
+                                             f"{max(minimum, 15):g}" if label.startswith("--")
+                         else f"set {label} to seconds, e.g. {max(minimum, 15):g}")
+    return value
 
 
 def _preflight_flags(parser: argparse.ArgumentParser) -> None:
@@ -339,6 +354,7 @@ def _dispatch(args: argparse.Namespace, command: list[str] | None, is_module: bo
         plan = make_plan_here(args, cmd, job)
         check_command(cmd)
         check_worker_env(os.environ)
+        check_log_dir(plan.log_dir)
         return run(plan, max_restarts=_restarts(args),
                    preflight=not args.no_preflight, require_paths=tuple(args.require_path),
                    supervision=_supervision(args))
@@ -611,6 +627,19 @@ def job_input(args: argparse.Namespace, cmd):
         cmd = Command(recipe.module, module=True)
     return JobInput(recipe_defaults=recipe.defaults if recipe else None, file_data=file_data,
                     sets=sets or None, config_path=args.config), cmd
+
+
+def check_log_dir(path: str) -> None:
+    """The run's log folder can be made and written: else one line and exit 2, not a
+    traceback from the log router."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        if not os.access(path, os.W_OK):
+            raise PermissionError(13, "permission denied")
+    except OSError as exc:
+        raise UsageError(f"the log folder {path} cannot be written ({exc.strerror})",
+                         subject="--log-dir", hint="pass --log-dir on a writable filesystem "
+                         "(or set MESHRUN_LOG_DIR)") from None
 
 
 def check_worker_env(env: Mapping[str, str]) -> None:

@@ -133,8 +133,8 @@ def choose_socket_iface(facts: NetFacts) -> IfaceChoice:
                                  f"{facts.sysfs_root}/class/net")
     refused = never_chosen(iface)
     if refused:
-        return IfaceChoice(None, f"master {master} is reached from {facts.route_source_addr} on "
-                                 f"{refused}")
+        return IfaceChoice(None, f"master {master} is reached from {facts.route_source_addr}, "
+                                 f"but {refused}")
     return IfaceChoice(iface.name, f"routes to master {master} (source address "
                                    f"{facts.route_source_addr})")
 

@@ -121,6 +121,8 @@ def simulate(args: argparse.Namespace, cmd: Command, *, max_restarts: int = 0,
     failed = [(rank, code) for rank, code in enumerate(codes) if code != 0]
     if failed:
         rank, code = failed[0]
+        if code < 0:  # a node agent killed by a signal: the shell's 128 + N, not 256 - N
+            code = 128 - code
         print(f"meshrun: simulated node {rank} exited with {code}"
               + (f" (also failed: nodes {', '.join(str(r) for r, _ in failed[1:])})"
                  if len(failed) > 1 else ""), file=sys.stderr, flush=True)

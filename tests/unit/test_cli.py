@@ -148,11 +148,18 @@ def test_plan_flags_beat_meshrun_variables_and_cuda_visible_devices_is_honoured(
      ["MESHRUN_PEAK_FLOPS='fast'"]),
     (["run", "--recipe", "mlp-tp", "--nproc-per-node", "2", "--set", "model.hidden=101"], {},
      ["model.hidden: 101 is not divisible by tp 2"]),
+    (["run", "--node-timeout", "1", "--", "tests/integration/scripts/report.py"], {},
+     ["--node-timeout='1' is not a number of seconds >= 2"]),
+    (["run", "--", "tests/integration/scripts/report.py"], {"MESHRUN_HANG_TIMEOUT": "soon"},
+     ["MESHRUN_HANG_TIMEOUT='soon'"]),
+    (["run", "--log-dir", "/proc/nope", "--", "tests/integration/scripts/report.py"], {},
+     ["the log folder /proc/nope/", "--log-dir"]),
 ], ids=["bad-port-flag", "rank-above-world-size", "missing-gpu", "too-many-processes",
         "slurm-batch-outside-srun", "unknown-flag", "unknown-command", "run-without-command",
         "run-inside-worker", "run-dash-m-without-module", "missing-script",
         "missing-script-without-dashes", "script-is-a-folder", "missing-module",
-        "simulate-missing-script", "bad-peak-flops", "recipe-model-refused-before-launch"])
+        "simulate-missing-script", "bad-peak-flops", "recipe-model-refused-before-launch",
+        "node-timeout-too-short", "hang-timeout-not-a-number", "log-dir-not-writable"])
 def test_bad_input_through_the_cli(gpu_bin, args, extra, names):
     assert_one_error_line(meshrun_cli(*args, env=neutral_env(gpu_bin, **extra)), *names)
 

@@ -24,6 +24,7 @@ def test_bus_factors_follow_nccl_tests():
     assert bus_factor("all_reduce", 8) == pytest.approx(1.75)
     assert bus_factor("all_gather", 8) == pytest.approx(0.875)
     assert bus_factor("all_reduce", 2) == 1.0 and bus_factor("all_gather", 2) == 0.5
+    assert bus_factor("all_reduce", 1) == 0.0 == bus_factor("all_gather", 1)  # 2(n-1)/n
 
 
 def test_transport_from_nccl_log():

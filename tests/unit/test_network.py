@@ -332,7 +332,7 @@ def test_host_end_of_veth_never_chosen_but_a_containers_eth0_is(tmp_path):
     facts = NetFacts(interfaces=(veth_host,), master_addr="169.254.0.9",
                      route_source_addr="169.254.0.1", route_iface="veth1a2b3c")
     assert choose_socket_iface(facts) == choose_socket_iface(facts).__class__(
-        None, "master 169.254.0.9 is reached from 169.254.0.1 on veth1a2b3c is the host end "
+        None, "master 169.254.0.9 is reached from 169.254.0.1, but veth1a2b3c is the host end "
               "of a container's veth pair")
     pod_eth0 = Interface("eth0", kind="veth", state="up", addresses=("10.244.1.7",))
     facts = NetFacts(interfaces=(pod_eth0,), master_addr="10.244.0.5",

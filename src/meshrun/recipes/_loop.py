@@ -277,8 +277,8 @@ def train(job: Job, info: RankInfo, work: Workload) -> list[dict[str, Any]]:
                 f"checkpoint {path} is of recipe {was[0]!r}, model {was[1]}, optimizer "
                 f"{was[2]}; this run is {now[0]!r}, model {now[1]}, optimizer {now[2]}",
                 subject="checkpoint.dir", code="checkpoint-mismatch",
-                hint="resume with the settings it was saved with, or use another "
-                     "checkpoint folder (MESHRUN_CHECKPOINT_DIR)")
+                hint="resume with the settings it was saved with; for a new run with "
+                     "these settings, give it its own --run-id (or --checkpoint-dir)")
 
     if c.interval:
         if info.nnodes > 1:
