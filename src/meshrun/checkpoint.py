@@ -244,6 +244,11 @@ def save(directory: str, step: int, model: Any, optimizer: Any, trainer: dict[st
             os.makedirs(path, exist_ok=True)
         except UsageError as err:
             problem = err
+        except OSError as exc:  # rank 0 alone: the others must hear of it, not wait forever
+            problem = UsageError(f"checkpoint.dir {directory}: cannot prepare {path} "
+                                 f"({exc.strerror})", subject="checkpoint.dir",
+                                 hint="check the folder's permissions and free space, or "
+                                      "pass another --checkpoint-dir")
     problem = _rank0_decides(problem)
     if problem is not None:
         raise problem
@@ -253,7 +258,7 @@ def save(directory: str, step: int, model: Any, optimizer: Any, trainer: dict[st
     if _is_main():
         for found, reason in plan_retention(parse_listing(listing(directory)), keep):
             say(f"removing checkpoint {os.path.join(directory, found.name)}: {reason}")
-            shutil.rmtree(os.path.join(directory, found.name), ignore_errors=True)
+            _remove(os.path.join(directory, found.name))
     if dist.is_initialized():
         dist.barrier()
     return path
@@ -272,11 +277,18 @@ def resume(directory: str, model: Any, optimizer: Any, trainer: dict[str, Any], 
     """
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-    chosen = None
+    chosen: Any = None
     if _is_main():
-        best = newest_complete(parse_listing(listing(directory)))
-        chosen = None if best is None else (best.step, os.path.join(directory, best.name))
+        try:
+            best = newest_complete(parse_listing(listing(directory)))
+            chosen = None if best is None else (best.step, os.path.join(directory, best.name))
+        except OSError as exc:  # told to every rank below, so none waits for rank 0
+            chosen = UsageError(f"checkpoint.dir {directory} cannot be read ({exc.strerror})",
+                                subject="checkpoint.dir", hint="check the folder's "
+                                "permissions, or pass another --checkpoint-dir")
     chosen = _rank0_decides(chosen)
+    if isinstance(chosen, UsageError):
+        raise chosen
     if chosen is None:
         if _is_main():
             say(f"no complete checkpoint in {directory}: starting fresh")
@@ -294,6 +306,19 @@ def resume(directory: str, model: Any, optimizer: Any, trainer: dict[str, Any], 
     if _is_main():
         say(f"resumed from step {step} ({path})")
     return step, loaded["trainer"]
+
+
+def _remove(path: str) -> None:
+    """Remove a checkpoint folder, ``.metadata`` first: one cut short halfway is then an
+    incomplete folder (never resumed from, removed later), not a complete-looking one
+    with shards missing."""
+    try:
+        os.remove(os.path.join(path, METADATA))
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return  # cannot even unmark it: leave it whole rather than half-deleted
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def _load(state: dict[str, Any], path: str) -> None:

@@ -120,3 +120,26 @@ def test_listing_reads_folders_and_metadata(tmp_path):
     assert sorted(listing(str(tmp_path))) == [("step-4", True), ("step-6", False)]
     assert listing(str(tmp_path / "missing")) == []
     assert names(parse_listing(listing(str(tmp_path)))) == ["step-4", "step-6"]
+
+
+def test_removal_unmarks_a_checkpoint_before_deleting_its_shards(tmp_path, monkeypatch):
+    """A removal cut short (here: rmtree dies at once) leaves an incomplete folder, never a
+    complete-looking one with shards missing."""
+    from meshrun import checkpoint
+
+    folder = tmp_path / "step-4"
+    folder.mkdir()
+    (folder / ".metadata").write_text("m")
+    (folder / "__0_0.distcp").write_text("x")
+
+    def dies(path, ignore_errors=False):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(checkpoint.shutil, "rmtree", dies)
+    with pytest.raises(KeyboardInterrupt):
+        checkpoint._remove(str(folder))
+    assert not (folder / ".metadata").exists() and (folder / "__0_0.distcp").exists()
+    assert checkpoint.parse_listing(checkpoint.listing(str(tmp_path)))[0].complete is False
+    monkeypatch.undo()
+    checkpoint._remove(str(folder))
+    assert not folder.exists()
