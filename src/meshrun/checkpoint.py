@@ -312,6 +312,9 @@ def _remove(path: str) -> None:
     """Remove a checkpoint folder, ``.metadata`` first: one cut short halfway is then an
     incomplete folder (never resumed from, removed later), not a complete-looking one
     with shards missing."""
+    if os.path.islink(path):  # a link to a checkpoint kept elsewhere: drop the link only
+        os.unlink(path)
+        return
     try:
         os.remove(os.path.join(path, METADATA))
     except FileNotFoundError:

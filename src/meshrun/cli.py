@@ -656,9 +656,13 @@ def check_command(cmd) -> None:
     import importlib.util
 
     if cmd.module:
+        import importlib.machinery
+
         top = cmd.target.split(".")[0]
-        try:
-            found = bool(top) and importlib.util.find_spec(top) is not None
+        try:  # the workers run with this folder first on sys.path (meshrun._worker)
+            found = bool(top) and (
+                importlib.machinery.PathFinder.find_spec(top, [os.getcwd(), *sys.path])
+                is not None or importlib.util.find_spec(top) is not None)
         except (ImportError, ValueError):
             found = False
         if not found:
@@ -666,9 +670,12 @@ def check_command(cmd) -> None:
                              subject="-m", hint="install the package into this Python "
                              "environment, or start meshrun from the folder that holds it")
         return
+    if os.path.isdir(cmd.target) and os.path.isfile(os.path.join(cmd.target, "__main__.py")):
+        return  # a folder with __main__.py runs as python runs it
     if not os.path.isfile(cmd.target):
         where = os.getcwd()
-        what = "is a folder, not a script" if os.path.isdir(cmd.target) else "does not exist"
+        what = ("is a folder without __main__.py, not a script" if os.path.isdir(cmd.target)
+                else "does not exist")
         raise UsageError(f"the training script {cmd.target} {what} (relative to {where})",
                          subject="SCRIPT", hint="check the path; every node runs it from its "
                          "own working directory, so it must exist there on every node")
@@ -676,12 +683,10 @@ def check_command(cmd) -> None:
 
 def make_plan_here(args: argparse.Namespace, cmd=None, job=None):
     """Collect this host's facts and plan (the one place the CLI reads os.environ)."""
-    from . import facts
-    from .plan import make_plan
-
     from dataclasses import replace
 
-    from . import netfacts
+    from . import facts, netfacts
+    from .plan import make_plan
 
     env = dict(os.environ)
     host = facts.collect(env)

@@ -178,9 +178,11 @@ def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
     except ChildFailedError as failed:
         event = _await_event(dog, supervision)
         if event is not None:
+            status = "stopped"  # by the event: another node's cause, not this node's
             return _report_event(event)
-        return _report_failure(plan, failed)
+        return _report_failure(plan, failed)   # status "failed": the others stop for it
     except SignalException as exc:
+        status = "stopped"
         if dog.event is not None:
             return _report_event(dog.event)
         STOPPED_BY_SIGNAL.set()
@@ -190,6 +192,7 @@ def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
     except Exception as exc:  # the agent itself failed (rendezvous, store)
         event = _await_event(dog, supervision)  # a lost store host fails the agent first
         if event is not None:
+            status = "stopped"
             return _report_event(event)
         first = str(exc).strip().splitlines()
         print(f"meshrun: error: the elastic agent on node {plan.node_rank} stopped: "
@@ -454,10 +457,11 @@ def _handler(job: JobStore, plan: LaunchPlan, params: Any) -> Any:
     from datetime import timedelta
 
     from torch.distributed.elastic.rendezvous.api import RendezvousHandler, RendezvousInfo
-    from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import (
-        C10dRendezvousBackend)
+    from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
     from torch.distributed.elastic.rendezvous.dynamic_rendezvous import (
-        DynamicRendezvousHandler, RendezvousTimeout)
+        DynamicRendezvousHandler,
+        RendezvousTimeout,
+    )
 
     inner = DynamicRendezvousHandler.from_backend(
         run_id=params.run_id, store=job.store,

@@ -269,7 +269,7 @@ class Verdict:
                 "differences": [d.__dict__ for d in self.differences]}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "Verdict":
+    def from_json(cls, data: Mapping[str, Any]) -> Verdict:
         return cls(tuple(Difference(**d) for d in data["differences"]),
                    tuple(data["warnings"]), {int(k): v for k, v in data["hosts"].items()})
 

@@ -89,8 +89,11 @@ def _fail(path: str, message: str, hint: str) -> UsageError:
 
 
 def _plan(path: str) -> dict[str, Any]:
-    found = sorted((int(m[1]), name) for name in os.listdir(path)
-                   if (m := _PLAN.match(name)))
+    try:
+        names = os.listdir(path)
+    except OSError as exc:
+        raise _fail(path, f"cannot be read ({exc.strerror})", "check its permissions") from None
+    found = sorted((int(m[1]), name) for name in names if (m := _PLAN.match(name)))
     if not found:
         raise _fail(path, "no plan.node<k>.json in this folder",
                     "name a run's log folder, <log-dir>/<run-id>, as meshrun run wrote it")
@@ -194,6 +197,9 @@ def report(paths: list[str], baseline: str | None = None) -> Report:
     if len(batches) > 1:
         warnings.append("effective batches differ (" + ", ".join(map(str, batches)) + "): "
                         "samples/s is compared as throughput, not as time to a loss")
+    if base.samples_per_s <= 0:
+        raise _fail(base.path, "has no throughput to compare with (0 samples/s)",
+                    "choose another --baseline")
     scaling = []
     for run in runs:
         if run is base:

@@ -21,9 +21,9 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
-from collections.abc import Iterator
 from typing import Any, Callable
 
 from .errors import StartupError

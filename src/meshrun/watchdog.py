@@ -272,13 +272,15 @@ class Watchdog(threading.Thread):
         self._probed: dict[int, int] = {}  # rank -> pid probed for the current generation
         self._probed_gen = -1
         self._stale: dict[int, bytes] = {}  # progress values left by the hung attempt
-        self.goodbyes: dict[int, str] = {}  # node -> "done" | "failed", as each said goodbye
+        self.goodbyes: dict[int, str] = {}  # node -> "done" | "failed" | "stopped" (its goodbye)
         self._local_failure = False      # this node's workers failed (see suspect())
 
     # -- lifecycle --------------------------------------------------------------------------
     def stop(self, status: str = "done") -> None:
         """Say goodbye (so others do not count this node as lost), stop the thread and close
-        the store connection.
+        the store connection. ``status``: "done"; "failed" (this node's own workers failed:
+        the others stop theirs for it); "stopped" (stopped by an event another node also
+        sees, or by a signal: the others act on their own evidence).
 
         Waits for the thread and its store calls (bounded by the store's patience): a
         daemon thread still inside a C++ store call when the interpreter exits aborts the
@@ -310,8 +312,6 @@ class Watchdog(threading.Thread):
         self._local_failure = True  # a failed node of its own: another's failure is no news
 
     def run(self) -> None:
-        from torch.distributed import TCPStore
-
         self._store = self._connect()
         beats = 0
         seen: dict[int, tuple[bytes, float]] = {}
@@ -490,7 +490,7 @@ class Watchdog(threading.Thread):
             return False
 
     # -- helpers ----------------------------------------------------------------------------
-    def _connect(self) -> "BoundedStore | None":
+    def _connect(self) -> BoundedStore | None:
         """A client of the job's store, every call bounded; None when it cannot be had now."""
         import socket
 

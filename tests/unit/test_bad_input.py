@@ -4,11 +4,11 @@ variable or flag, and the fix (``meshrun: error: ...; fix: ...``), exit code 2."
 from __future__ import annotations
 
 import pytest
+from unit_fakes import CPU_HOST, GPU8_HOST, gpu_uuid, plan
 
 from meshrun.errors import EXIT_USAGE, UsageError
 from meshrun.facts import HostFacts
 from meshrun.topology import Flags
-from unit_fakes import CPU_HOST, GPU8_HOST, gpu_uuid, plan
 
 SLURM_STEP = {"SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0", "SLURM_NNODES": "2",
               "SLURM_NODEID": "0", "SLURM_JOB_NODELIST": "n[1-2]"}

@@ -143,3 +143,18 @@ def test_removal_unmarks_a_checkpoint_before_deleting_its_shards(tmp_path, monke
     monkeypatch.undo()
     checkpoint._remove(str(folder))
     assert not folder.exists()
+
+
+def test_removal_of_a_linked_checkpoint_drops_the_link_only(tmp_path):
+    from meshrun import checkpoint
+
+    kept = tmp_path / "archive" / "step-2"
+    kept.mkdir(parents=True)
+    (kept / ".metadata").write_text("m")
+    (kept / "__0_0.distcp").write_text("x")
+    (tmp_path / "run").mkdir()
+    link = tmp_path / "run" / "step-2"
+    link.symlink_to(kept)
+    checkpoint._remove(str(link))
+    assert not link.exists() and not link.is_symlink()
+    assert sorted(p.name for p in kept.iterdir()) == [".metadata", "__0_0.distcp"]

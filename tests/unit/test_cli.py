@@ -4,14 +4,15 @@ environment: a stand-in nvidia-smi (8 H100s) or none on PATH, no platform variab
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
 
 import pytest
+from unit_fakes import H100, neutral_env
 
 import meshrun
-from unit_fakes import H100, neutral_env
 
 SEEDS_WORKER = {"WORLD_SIZE": "2", "RANK": "1", "MASTER_ADDR": "10.0.0.1",
                 "MASTER_PORT": "23456"}
@@ -141,7 +142,7 @@ def test_plan_flags_beat_meshrun_variables_and_cuda_visible_devices_is_honoured(
     (["run", "-m"], {}, ["-m"]),
     (["run", "--", "no_such_train.py"], {}, ["no_such_train.py does not exist (relative to"]),
     (["run", "no_such_train.py", "--lr", "1"], {}, ["no_such_train.py does not exist"]),
-    (["run", "--", "tests"], {}, ["tests is a folder, not a script"]),
+    (["run", "--", "tests"], {}, ["tests is a folder without __main__.py, not a script"]),
     (["run", "-m", "no_such_pkg.train"], {}, ["-m no_such_pkg.train", "'no_such_pkg'"]),
     (["simulate", "--nodes", "2", "--", "no_such_train.py"], {}, ["no_such_train.py"]),
     (["run", "--recipe", "mlp-tp", "--nproc-per-node", "2"], {"MESHRUN_PEAK_FLOPS": "fast"},
@@ -176,6 +177,31 @@ with contextlib.redirect_stdout(out):
 print(json.dumps({"after_import": after_import, "after_plan": 'torch' in sys.modules,
                   "rc": rc, "nnodes": json.loads(out.getvalue())["nnodes"]}))
 """
+
+
+def test_module_and_folder_commands_found_as_the_workers_find_them(tmp_path):
+    """-m pkg.mod from the working directory (the workers put it first on sys.path), even
+    when meshrun's own sys.path does not start with it; a folder with __main__.py."""
+    from meshrun.cli import check_command
+    from meshrun.plan import Command
+
+    (tmp_path / "mypkg").mkdir()
+    (tmp_path / "mypkg" / "__init__.py").write_text("")
+    (tmp_path / "mypkg" / "train.py").write_text("")
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "__main__.py").write_text("")
+    here = os.getcwd()
+    saved = list(sys.path)
+    try:
+        os.chdir(tmp_path)
+        sys.path[:] = [p for p in sys.path if p not in ("", ".", str(tmp_path))]
+        check_command(Command("mypkg.train", module=True))
+        check_command(Command("app"))
+        with pytest.raises(meshrun.errors.UsageError):
+            check_command(Command("nopkg.train", module=True))
+    finally:
+        os.chdir(here)
+        sys.path[:] = saved
 
 
 def test_import_and_plan_do_not_import_torch(gpu_bin):

@@ -11,8 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from meshrun.config import (ALL_KEYS, ENV_VAR, JobConfig, from_env, load_file, parse_sets,
-                            recipe_name, resolve)
+from meshrun.config import (
+    ALL_KEYS,
+    ENV_VAR,
+    JobConfig,
+    from_env,
+    load_file,
+    parse_sets,
+    recipe_name,
+    resolve,
+)
 from meshrun.errors import EXIT_USAGE, UsageError
 
 ROOT = Path(__file__).resolve().parents[2]

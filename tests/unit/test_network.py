@@ -19,11 +19,30 @@ from pathlib import Path
 import pytest
 
 from meshrun.netfacts import (
-    Gid, IbPort, Interface, NetFacts, build_facts, collect, interface_kind, parse_if_inet6,
-    parse_ip_json, read_addresses, read_sysfs, route_source)
+    Gid,
+    IbPort,
+    Interface,
+    NetFacts,
+    build_facts,
+    collect,
+    interface_kind,
+    parse_if_inet6,
+    parse_ip_json,
+    read_addresses,
+    read_sysfs,
+    route_source,
+)
 from meshrun.network import (
-    LINT_CODES, Finding, choose_socket_iface, format_findings, lint_env, network_env,
-    parse_nccl_list, roce_v2_gid_index, scale_for)
+    LINT_CODES,
+    Finding,
+    choose_socket_iface,
+    format_findings,
+    lint_env,
+    network_env,
+    parse_nccl_list,
+    roce_v2_gid_index,
+    scale_for,
+)
 
 # --- fixture hosts -------------------------------------------------------------------------
 

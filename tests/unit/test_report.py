@@ -25,7 +25,8 @@ def run_dir(root, name, *, world, nnodes, rates, recipe="mlp-tp", batch=64, devi
     records = [{"step": 1, "loss": 2.0, "step_time_s": 9.0, "samples_per_s": batch / 9.0,
                 "first_step": True}]
     for i, rate in enumerate(rates, start=1):
-        r = {"step": 1 + 5 * i, "loss": 2.0 / (i + 1), "step_time_s": batch / rate,
+        r = {"step": 1 + 5 * i, "loss": 2.0 / (i + 1),
+             "step_time_s": batch / rate if rate else 1.0,
              "samples_per_s": rate}
         if mfu:
             r["mfu"] = 0.1 * i
@@ -148,3 +149,10 @@ def test_cli_json_with_options_among_the_paths(tmp_path, capsys):
     assert out["scaling"] == [{"path": b, "speedup": 1.9, "ideal": 2.0, "efficiency": 0.95}]
     assert main(["report"]) == 2
     assert "needs one or more run log folders" in capsys.readouterr().err
+
+
+def test_a_baseline_without_throughput_is_one_line(tmp_path):
+    a = run_dir(tmp_path, "a", world=2, nnodes=1, rates=[0.0])
+    b = run_dir(tmp_path, "b", world=4, nnodes=2, rates=[10.0])
+    with pytest.raises(UsageError, match="no throughput to compare with"):
+        report([a, b])

@@ -7,13 +7,13 @@ from __future__ import annotations
 import re
 
 import pytest
+from unit_fakes import CPU_HOST, GPU8_HOST, H100, gpu_uuid, gpus, plan
 
 from meshrun.facts import HostFacts
 from meshrun.plan import Command, describe
 from meshrun.topology import Flags, detect
 from meshrun.topology.address import join_host_port, split_endpoint
 from meshrun.topology.base import derived_port, expand_hostlist, expand_tasks_per_node
-from unit_fakes import CPU_HOST, GPU8_HOST, H100, gpu_uuid, gpus, plan
 
 HASHED_RUN_ID = re.compile(r"^mr-[0-9a-f]{10}$")
 

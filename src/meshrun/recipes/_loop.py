@@ -152,9 +152,11 @@ def guard(main: Callable[[], None]) -> None:
     except MeshrunError as err:
         if os.environ.get("LOCAL_RANK", "0") == "0":
             print(err.line(), file=sys.stderr, flush=True)
-        if dist.is_initialized():
-            dist.destroy_process_group()
-        raise SystemExit(err.exit_code) from None
+        sys.stdout.flush()
+        # Every rank stops on the same error at about the same time: tearing the process
+        # group down now races the peers' teardown (gloo's threads end in std::terminate,
+        # SIGABRT, now and then). Nothing is left to save: leave without destructors.
+        os._exit(err.exit_code)
 
 
 def optimizer(params: Any, job: Job) -> torch.optim.Optimizer:

@@ -23,8 +23,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 
 from ..errors import UsageError
-from . import (awsbatch, azureml, env_style, kubernetes, lsf, mpi, nnodes_style, sagemaker,
-               skypilot, slurm, torchrun_style, volcano)
+from . import (
+    awsbatch,
+    azureml,
+    env_style,
+    kubernetes,
+    lsf,
+    mpi,
+    nnodes_style,
+    sagemaker,
+    skypilot,
+    slurm,
+    torchrun_style,
+    volcano,
+)
 from .address import unbracket
 from .base import FIELDS, Claims, HostInfo, Sourced, parse_int
 
