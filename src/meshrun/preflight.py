@@ -121,7 +121,9 @@ CODE_SUFFIXES = (".py", ".pyi", ".pyx", ".pxd", ".toml", ".yaml", ".yml", ".cfg"
 CODE_NAMES = ("Dockerfile", "Makefile")
 SKIP_DIRS = frozenset({"__pycache__", ".ipynb_checkpoints", "wandb", "mlruns",
                        ".pytest_cache", ".mypy_cache", ".ruff_cache", ".venv", "venv",
-                       "site-packages", "node_modules"})
+                       "site-packages", "node_modules",
+                       # run outputs that hold YAML: Lightning's hparams, Hydra's configs
+                       "lightning_logs", ".hydra", "outputs", "multirun"})
 MAX_CODE_FILE = 1 << 20       # an untracked "code" file larger than 1 MiB is not code
 MAX_LISTED = 200              # changed files listed per node, to name the first that differs
 
@@ -164,8 +166,9 @@ def code_state(target: str, *, module: bool = False,
             for name in (n.decode(errors="replace") for n in changed.split(b"\0") if n):
                 full = os.path.join(top, name)
                 files[name] = _file_digest(full) if os.path.exists(full) else "deleted"
-            here = os.path.abspath(folder) + os.sep
-            skip = [os.path.abspath(p) + os.sep for p in exclude if p]
+            # real paths throughout: git reports its top folder with symlinks resolved
+            here = os.path.realpath(folder) + os.sep
+            skip = [os.path.realpath(p) + os.sep for p in exclude if p]
             skip = [p for p in skip if not here.startswith(p)]  # never the script's own folder
             digest = hashlib.sha256(diff)
             for entry in status.split(b"\0"):
@@ -194,7 +197,7 @@ def _counts_as_code(name: str, full: str, skip: Sequence[str]) -> bool:
         return False
     if not (parts[-1].endswith(CODE_SUFFIXES) or parts[-1] in CODE_NAMES):
         return False
-    if any(os.path.abspath(full).startswith(prefix) for prefix in skip):
+    if any(os.path.realpath(full).startswith(prefix) for prefix in skip):
         return False
     try:
         return os.path.getsize(full) <= MAX_CODE_FILE

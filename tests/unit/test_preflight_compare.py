@@ -107,15 +107,20 @@ def test_outputs_left_in_the_repository_are_not_code(tmp_path):
                        ("checkpoints/r/step-2/__0_0.distcp", "x"), ("data/train.bin", "x"),
                        ("wandb/run-1/files/code.py", "x"), ("__pycache__/util.cpython-311.pyc", "x"),
                        ("runs/events.out.tfevents.1", "x"), ("nohup.out", "x"),
-                       ("huge.py", "#" * ((1 << 20) + 1))]:
+                       ("huge.py", "#" * ((1 << 20) + 1)),
+                       ("lightning_logs/version_0/hparams.yaml", "lr: 1"),
+                       ("outputs/2026-11-23/10-00-00/.hydra/config.yaml", "lr: 1")]:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
     # a run's own folders, even with code-like names in them
     (tmp_path / "out" / "ckpt").mkdir(parents=True)
     (tmp_path / "out" / "ckpt" / "saved_config.yaml").write_text("a: 1\n")
     (tmp_path / "logs" / "run1" / "copy.py").write_text("x = 1\n")
-    assert preflight.code_state(script, exclude=(str(tmp_path / "logs" / "run1"),
-                                                 str(tmp_path / "out" / "ckpt"))
+    # the exclusions given through a symlink to the repository still apply
+    (tmp_path.parent / f"{tmp_path.name}-link").symlink_to(tmp_path)
+    via = tmp_path.parent / f"{tmp_path.name}-link"
+    assert preflight.code_state(script, exclude=(str(via / "logs" / "run1"),
+                                                 str(via / "out" / "ckpt"))
                                 ) == (clean, {})
 
 
