@@ -625,8 +625,11 @@ def job_input(args: argparse.Namespace, cmd):
     recipe = recipes.get(name) if name else None
     if recipe is not None and cmd is None:
         cmd = Command(recipe.module, module=True)
+    flags = {key: flag for key, flag, given in (("recipe", "--recipe", args.recipe),
+                                                 ("checkpoint.dir", "--checkpoint-dir",
+                                                  args.checkpoint_dir)) if given}
     return JobInput(recipe_defaults=recipe.defaults if recipe else None, file_data=file_data,
-                    sets=sets or None, config_path=args.config), cmd
+                    sets=sets or None, config_path=args.config, flags=flags or None), cmd
 
 
 def check_log_dir(path: str) -> None:

@@ -80,6 +80,9 @@ class JobInput:
     file_data: Mapping | None = None
     sets: Mapping | None = None
     config_path: str | None = None
+    # dotted keys the CLI put into ``sets`` from a flag of their own, and that flag
+    # ({"recipe": "--recipe", "checkpoint.dir": "--checkpoint-dir"}): the source shown
+    flags: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -176,6 +179,9 @@ def make_plan(env: Mapping[str, str], flags: Flags, facts: HostFacts,
         config = resolve(recipe_defaults=job.recipe_defaults, file_data=job.file_data,
                          sets=job.sets, world_size=nnodes * nproc, nproc_per_node=nproc,
                          nnodes=nnodes, run_id=run_id, config_path=job.config_path)
+        for key, flag in (job.flags or {}).items():
+            if config.source.get(key) == "--set":
+                config.source[key] = flag
         worker_env += [EnvVar(name, value, "the resolved job config, for recipes and "
                               "meshrun.config.from_env") for name, value in config.to_env().items()]
         warnings += list(config.warnings)

@@ -179,6 +179,17 @@ print(json.dumps({"after_import": after_import, "after_plan": 'torch' in sys.mod
 """
 
 
+def test_plan_names_the_flag_a_job_value_came_from(gpu_bin):
+    done = meshrun_cli("plan", "--recipe", "mlp-tp", "--checkpoint-dir", "/tmp/ckpt-x",
+                       "--set", "train.steps=7", "--nproc-per-node", "2",
+                       env=neutral_env(gpu_bin))
+    assert done.returncode == 0, done.stderr
+    rows = {line.split(":")[0].strip(): line for line in done.stdout.splitlines()}
+    assert rows["recipe"].rstrip().endswith("(--recipe)")
+    assert rows["checkpoint.dir"].rstrip().endswith("(--checkpoint-dir)")
+    assert rows["train.steps"].rstrip().endswith("(--set)")
+
+
 def test_module_and_folder_commands_found_as_the_workers_find_them(tmp_path):
     """-m pkg.mod from the working directory (the workers put it first on sys.path), even
     when meshrun's own sys.path does not start with it; a folder with __main__.py."""
