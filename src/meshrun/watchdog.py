@@ -50,6 +50,7 @@ from datetime import timedelta
 from typing import Any
 
 PREFIX = "meshrun/"
+GOODBYES = PREFIX + "goodbyes"  # how many nodes have written meshrun/done/<node>
 
 
 def node_lost_line(node: int, host: str, age_s: float, *, store_host: bool = False) -> str:
@@ -293,6 +294,7 @@ class Watchdog(threading.Thread):
             return
         try:
             store.set(f"{PREFIX}done/{self.node_rank}", status)
+            store.add(GOODBYES, 1)  # after the status: a reader that sees the count sees it
             if self.node_rank == 0 and status == "failed" and self.nnodes > 1:
                 # Node 0 hosts the store: keep it up for two beats, so the others read that
                 # node 0 failed (and stop) instead of finding its store gone (node lost).
@@ -330,10 +332,14 @@ class Watchdog(threading.Thread):
                 keys = [f"{PREFIX}hb/{r}" for r in range(self.nnodes)]
                 values = self._store.multi_get(keys) if self._all_set(keys) else [
                     self._get_or_empty(k) for k in keys]
-                done = {r for r in range(self.nnodes)
-                        if self._store.check([f"{PREFIX}done/{r}"])}
-                for r in done - set(self.goodbyes):
-                    self.goodbyes[r] = self._store.get(f"{PREFIX}done/{r}").decode()
+                # One call a beat while nobody said goodbye (not one per node: N nodes
+                # would make N x N calls a second on node 0's store).
+                said = int(self._store.add(GOODBYES, 0))
+                if said != len(self.goodbyes):
+                    for r in range(self.nnodes):
+                        if r not in self.goodbyes and self._store.check([f"{PREFIX}done/{r}"]):
+                            self.goodbyes[r] = self._store.get(f"{PREFIX}done/{r}").decode()
+                done = set(self.goodbyes)
                 store_ok_at = now
             except Exception:  # noqa: BLE001 - the store host is gone or frozen
                 now = time.monotonic()  # the failed calls may have taken seconds

@@ -173,7 +173,7 @@ def test_watchdog_connects_again_when_its_first_try_failed(monkeypatch):
     assert len(tries) >= 2 and master.check(["meshrun/hb/1"])  # it beats: it reconnected
     assert events == [] and dog.event is None
     dog.stop("done")
-    assert master.get("meshrun/done/1") == b"done"
+    assert master.get("meshrun/done/1") == b"done" and master.add("meshrun/goodbyes", 0) == 1
 
 
 def test_watchdog_stops_its_node_when_another_node_failed():
@@ -181,6 +181,7 @@ def test_watchdog_stops_its_node_when_another_node_failed():
     dog.start()
     _beat(master, 0.5)
     master.set("meshrun/done/0", "failed")     # node 0's goodbye after its workers failed
+    master.add("meshrun/goodbyes", 1)          # ... and its count, as Watchdog.stop() does
     _beat(master, 1.0)
     dog.stop("failed")
     assert [e.kind for e in events] == ["peer-failed"]
@@ -193,6 +194,7 @@ def test_watchdog_after_a_local_failure_leaves_another_node_failure_alone():
     dog.start()
     dog.suspect(5.0)                           # this node's own workers failed first
     master.set("meshrun/done/0", "failed")
+    master.add("meshrun/goodbyes", 1)
     _beat(master, 1.0)
     dog.stop("failed")
     assert events == []                        # its own failure is the story, not node 0's
