@@ -60,21 +60,26 @@ def test_verdict_round_trips_through_json():
     assert again == verdict
 
 
-def test_code_identity_sees_uncommitted_changes(tmp_path):
+def _repo(tmp_path):
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(tmp_path)]
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     (tmp_path / "train.py").write_text("print(1)\n")
     (tmp_path / "util.py").write_text("X = 1\n")
     subprocess.run(git + ["add", "."], check=True)
     subprocess.run(git + ["commit", "-qm", "c"], check=True)
-    clean = preflight.code_identity(str(tmp_path / "train.py"))
+    return str(tmp_path / "train.py")
+
+
+def test_code_identity_sees_uncommitted_changes(tmp_path):
+    script = _repo(tmp_path)
+    clean = preflight.code_identity(script)
     assert clean.startswith("git ") and "changes" not in clean
     (tmp_path / "util.py").write_text("X = 2\n")
-    changed = preflight.code_identity(str(tmp_path / "train.py"))
+    changed = preflight.code_identity(script)
     assert changed.startswith(clean + " + changes ")
     (tmp_path / "util.py").write_text("X = 1\n")
     (tmp_path / "new.py").write_text("Y = 1\n")  # an untracked file counts too
-    assert preflight.code_identity(str(tmp_path / "train.py")) not in (clean, changed)
+    assert preflight.code_identity(script) not in (clean, changed)
 
 
 def test_code_identity_outside_git_hashes_the_script(tmp_path):
@@ -84,16 +89,6 @@ def test_code_identity_outside_git_hashes_the_script(tmp_path):
     script.write_text("a = 2\n")
     assert first.startswith("file ") and preflight.code_identity(str(script)) != first
     assert preflight.code_identity(str(tmp_path / "missing.py")) == "none"
-
-
-def _repo(tmp_path):
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(tmp_path)]
-    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
-    (tmp_path / "train.py").write_text("print(1)\n")
-    (tmp_path / "util.py").write_text("X = 1\n")
-    subprocess.run(git + ["add", "."], check=True)
-    subprocess.run(git + ["commit", "-qm", "c"], check=True)
-    return str(tmp_path / "train.py")
 
 
 def test_outputs_left_in_the_repository_are_not_code(tmp_path):
