@@ -158,6 +158,30 @@ def _is_main() -> bool:
     return not dist.is_initialized() or dist.get_rank() == 0
 
 
+def _rank0_does(action: Callable[[], Any], directory: str, doing: str) -> Any:
+    """Run ``action`` (file work) on rank 0 only and return its result on every rank.
+
+    A :class:`UsageError` it raises, or an ``OSError`` (as one line saying what rank 0 was
+    ``doing``), is raised on every rank: the others must hear of it, not wait for rank 0
+    in the next collective until the process-group timeout.
+    """
+    outcome: Any = None
+    if _is_main():
+        try:
+            outcome = (True, action())
+        except UsageError as err:
+            outcome = (False, err)
+        except OSError as exc:
+            outcome = (False, UsageError(
+                f"checkpoint.dir {directory}: cannot {doing} ({exc.strerror})",
+                subject="checkpoint.dir", hint="check the folder's permissions and free "
+                "space, or pass --checkpoint-dir on a writable filesystem every node mounts"))
+    ok, value = _rank0_decides(outcome)
+    if not ok:
+        raise value
+    return value
+
+
 def check_shared(directory: str, patience_s: float = 5.0) -> None:
     """Collective: stop every rank unless all of them see ``directory`` as rank 0 does.
 
@@ -178,20 +202,13 @@ def check_shared(directory: str, patience_s: float = 5.0) -> None:
         return
     token = _rank0_decides(secrets.token_hex(8) if _is_main() else None)
     marker = os.path.join(directory, f".meshrun-shared-{token}")
-    problem = None
-    if _is_main():
-        try:
-            os.makedirs(directory, exist_ok=True)
-            with open(marker, "w", encoding="utf-8") as handle:
-                handle.write(token)
-        except OSError as exc:
-            problem = UsageError(f"checkpoint.dir {directory}: cannot write there "
-                                 f"({exc.strerror})", subject="checkpoint.dir",
-                                 hint="pass --checkpoint-dir on a writable filesystem every "
-                                      "node mounts")
-    problem = _rank0_decides(problem)
-    if problem is not None:
-        raise problem
+
+    def write_marker() -> None:
+        os.makedirs(directory, exist_ok=True)
+        with open(marker, "w", encoding="utf-8") as handle:
+            handle.write(token)
+
+    _rank0_does(write_marker, directory, "write there")
     deadline = time.monotonic() + patience_s
     while True:
         try:
@@ -234,24 +251,15 @@ def save(directory: str, step: int, model: Any, optimizer: Any, trainer: dict[st
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
     path = os.path.join(directory, step_dir(step))
-    problem = None
-    if _is_main():
-        try:
-            if check_target(parse_listing(listing(directory)), step, directory):
-                say(f"removing incomplete {path} (no {METADATA}: an interrupted save) "
-                    f"before saving step {step} again")
-                shutil.rmtree(path)
-            os.makedirs(path, exist_ok=True)
-        except UsageError as err:
-            problem = err
-        except OSError as exc:  # rank 0 alone: the others must hear of it, not wait forever
-            problem = UsageError(f"checkpoint.dir {directory}: cannot prepare {path} "
-                                 f"({exc.strerror})", subject="checkpoint.dir",
-                                 hint="check the folder's permissions and free space, or "
-                                      "pass another --checkpoint-dir")
-    problem = _rank0_decides(problem)
-    if problem is not None:
-        raise problem
+
+    def prepare() -> None:
+        if check_target(parse_listing(listing(directory)), step, directory):
+            say(f"removing incomplete {path} (no {METADATA}: an interrupted save) "
+                f"before saving step {step} again")
+            shutil.rmtree(path)
+        os.makedirs(path, exist_ok=True)
+
+    _rank0_does(prepare, directory, f"prepare {path}")
     model_sd, optim_sd = get_state_dict(model, optimizer)
     dcp.save({"model": model_sd, "optim": optim_sd, "trainer": dict(trainer)},
              checkpoint_id=path)
@@ -277,18 +285,11 @@ def resume(directory: str, model: Any, optimizer: Any, trainer: dict[str, Any], 
     """
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-    chosen: Any = None
-    if _is_main():
-        try:
-            best = newest_complete(parse_listing(listing(directory)))
-            chosen = None if best is None else (best.step, os.path.join(directory, best.name))
-        except OSError as exc:  # told to every rank below, so none waits for rank 0
-            chosen = UsageError(f"checkpoint.dir {directory} cannot be read ({exc.strerror})",
-                                subject="checkpoint.dir", hint="check the folder's "
-                                "permissions, or pass another --checkpoint-dir")
-    chosen = _rank0_decides(chosen)
-    if isinstance(chosen, UsageError):
-        raise chosen
+    def choose() -> tuple[int, str] | None:
+        best = newest_complete(parse_listing(listing(directory)))
+        return None if best is None else (best.step, os.path.join(directory, best.name))
+
+    chosen = _rank0_does(choose, directory, "read it")
     if chosen is None:
         if _is_main():
             say(f"no complete checkpoint in {directory}: starting fresh")

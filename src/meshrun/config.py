@@ -525,14 +525,17 @@ class _Layer:
 
 def resolve(*, recipe_defaults: Mapping | None, file_data: Mapping | None,
             sets: Mapping | None, world_size: int, nproc_per_node: int, nnodes: int,
-            run_id: str, config_path: str | None = None) -> JobConfig:
+            run_id: str, config_path: str | None = None,
+            flags: Mapping[str, str] | None = None) -> JobConfig:
     """Merge the layers, apply this world size's profile, derive and check. Pure.
 
     ``recipe_defaults`` overlays the built-in defaults (a nested dict like a config
     file; when it has a ``model`` table, the job's model keys must be among its keys and
     of the same types). ``file_data`` is :func:`load_file`'s result, ``sets``
-    :func:`parse_sets`'. Raises UsageError for any unknown key, wrong type or impossible
-    combination, with the arithmetic.
+    :func:`parse_sets`'. ``flags`` names the CLI flag that put a dotted key into ``sets``
+    (``{"recipe": "--recipe"}``): its source reads that flag, not ``--set``. Raises
+    UsageError for any unknown key, wrong type or impossible combination, with the
+    arithmetic.
     """
     if min(world_size, nproc_per_node, nnodes) < 1 or world_size != nproc_per_node * nnodes:
         raise ValueError(f"world_size {world_size} != nproc_per_node {nproc_per_node} x "
@@ -600,6 +603,9 @@ def resolve(*, recipe_defaults: Mapping | None, file_data: Mapping | None,
     if train.warmup_steps >= train.steps:
         warnings.append(f"train.warmup_steps {train.warmup_steps} >= train.steps "
                         f"{train.steps}: the run ends before lr reaches {_num(lr)}")
+    for key, flag in (flags or {}).items():
+        if source.get(key) == "--set":
+            source[key] = flag
     return JobConfig(
         recipe=merged.get("recipe"), model=model, **sections,
         world_size=world_size, nnodes=nnodes, nproc_per_node=nproc_per_node, dp=dp,

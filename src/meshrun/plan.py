@@ -178,10 +178,8 @@ def make_plan(env: Mapping[str, str], flags: Flags, facts: HostFacts,
 
         config = resolve(recipe_defaults=job.recipe_defaults, file_data=job.file_data,
                          sets=job.sets, world_size=nnodes * nproc, nproc_per_node=nproc,
-                         nnodes=nnodes, run_id=run_id, config_path=job.config_path)
-        for key, flag in (job.flags or {}).items():
-            if config.source.get(key) == "--set":
-                config.source[key] = flag
+                         nnodes=nnodes, run_id=run_id, config_path=job.config_path,
+                         flags=job.flags)
         worker_env += [EnvVar(name, value, "the resolved job config, for recipes and "
                               "meshrun.config.from_env") for name, value in config.to_env().items()]
         warnings += list(config.warnings)

@@ -158,3 +158,21 @@ def test_removal_of_a_linked_checkpoint_drops_the_link_only(tmp_path):
     checkpoint._remove(str(link))
     assert not link.exists() and not link.is_symlink()
     assert sorted(p.name for p in kept.iterdir()) == [".metadata", "__0_0.distcp"]
+
+
+def test_rank0_file_errors_become_one_line(tmp_path):
+    """Single process (no process group): rank 0's OSError is the one-line UsageError every
+    rank would raise; its result is returned as is."""
+    from meshrun import checkpoint
+    from meshrun.errors import UsageError
+
+    assert checkpoint._rank0_does(lambda: 7, str(tmp_path), "read it") == 7
+
+    def fails():
+        raise PermissionError(13, "Permission denied")
+
+    with pytest.raises(UsageError) as caught:
+        checkpoint._rank0_does(fails, str(tmp_path), "read it")
+    line = caught.value.line()
+    assert f"checkpoint.dir {tmp_path}: cannot read it (Permission denied)" in line
+    assert "fix: " in line
