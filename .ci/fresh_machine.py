@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""The README's quick start, checked the way a new user meets it: empty environments.
+
+    python3 .ci/fresh_machine.py demo     # README command 1 in an empty venv; the demo trains
+    python3 .ci/fresh_machine.py wheel    # a built wheel, installed non-editable, runs a job
+    python3 .ci/fresh_machine.py tests    # README command 2 in an empty venv (the whole suite)
+    python3 .ci/fresh_machine.py all      # the three, in that order (what .ci/run does)
+
+The commands are read from README.md ("## Quick start", the first ```bash block: its
+non-comment lines, exactly two), never copied here, so the README cannot drift from
+what CI runs. Each runs in a virtual environment made for it (``python3 -m venv``, no
+system packages) and, for the demo, in a fresh clone of this repository (the demo
+leaves logs/ and checkpoints/ behind). A dependency that only the test extras bring
+in (numpy once hid that way) fails the demo here.
+
+Exit 0 when every check passed; otherwise one line says which failed and why.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+STEP = re.compile(r"Step (\d+)/(\d+) \| Loss: ([0-9.]+)")
+
+
+def readme_commands(readme: Path = ROOT / "README.md") -> list[str]:
+    """The quick start's set-up commands: the non-comment lines of its first bash block."""
+    text = readme.read_text()
+    section = text.split("\n## Quick start", 1)
+    if len(section) != 2:
+        raise SystemExit("fresh_machine: README.md has no '## Quick start' section")
+    block = re.search(r"```bash\n(.*?)```", section[1], re.S)
+    if block is None:
+        raise SystemExit("fresh_machine: the quick start has no ```bash block")
+    commands = [line.strip() for line in block.group(1).splitlines()
+                if line.strip() and not line.strip().startswith("#")]
+    if len(commands) != 2:
+        raise SystemExit(f"fresh_machine: the quick start must have exactly two set-up "
+                         f"commands, it has {len(commands)}: {commands}")
+    return commands
+
+
+def venv(where: Path) -> dict[str, str]:
+    """An empty virtual environment; the environment that has it first on PATH."""
+    subprocess.run([sys.executable, "-m", "venv", str(where)], check=True)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PIP_USER")}
+    env["VIRTUAL_ENV"] = str(where)
+    env["PATH"] = f"{where / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    # Nothing from this machine's own site-packages may leak in (pyenv shims, user site).
+    env["PYTHONNOUSERSITE"] = "1"
+    return env
+
+
+def shell(command: str, env: dict[str, str], cwd: Path, log: Path, timeout: float) -> str:
+    """Run ``command`` as a user would type it (bash), output to ``log`` and returned."""
+    started = time.monotonic()
+    with open(log, "w") as out:
+        done = subprocess.run(["bash", "-c", command], env=env, cwd=cwd, stdout=out,
+                              stderr=subprocess.STDOUT, timeout=timeout)
+    text = log.read_text(errors="replace")
+    took = time.monotonic() - started
+    if done.returncode != 0:
+        tail = "\n".join(text.splitlines()[-40:])
+        raise SystemExit(f"{tail}\nfresh_machine: `{command}` exited with {done.returncode} "
+                         f"after {took:.0f} s in an empty virtual environment (log: {log})")
+    print(f"fresh_machine: `{command}` passed in {took:.0f} s", flush=True)
+    return text
+
+
+def losses(text: str) -> list[float]:
+    return [float(m.group(3)) for m in STEP.finditer(text)]
+
+
+def check_demo(work: Path) -> None:
+    """README command 1, exactly as written, in an empty venv and a fresh clone."""
+    first, _ = readme_commands()
+    clone = work / "clone"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    _copy_uncommitted(clone)
+    env = venv(work / "venv-demo")
+    text = shell(first, env, clone, work / "demo.log", timeout=1200)
+    found = losses(text)
+    if len(found) < 2 or not found[-1] < found[0] / 2:
+        raise SystemExit(f"fresh_machine: the demo did not train: losses {found} (log: "
+                         f"{work / 'demo.log'})")
+    print(f"fresh_machine: the demo trained: loss {found[0]} -> {found[-1]} "
+          f"({len(found)} logged steps)", flush=True)
+
+
+def check_wheel(work: Path) -> None:
+    """A wheel built from the tree, installed non-editable in an empty venv, runs a job
+    from a folder far from the source: entry point, package data and imports without
+    the source tree."""
+    dist = work / "dist"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist),
+                    str(ROOT)], check=True, stdout=subprocess.DEVNULL)
+    wheels = glob.glob(str(dist / "meshrun-*.whl"))
+    if len(wheels) != 1:
+        raise SystemExit(f"fresh_machine: expected one meshrun wheel in {dist}, found {wheels}")
+    env = venv(work / "venv-wheel")
+    elsewhere = work / "elsewhere"
+    elsewhere.mkdir()
+    shell(f"pip install -q torch==2.13.0 {wheels[0]}", env, elsewhere, work / "wheel-install.log",
+          timeout=900)
+    where = subprocess.run(["python", "-c", "import meshrun; print(meshrun.__file__)"],
+                           env=env, cwd=elsewhere, capture_output=True, text=True, check=True)
+    if "site-packages" not in where.stdout or str(ROOT) in where.stdout:
+        raise SystemExit(f"fresh_machine: meshrun was imported from {where.stdout.strip()}, "
+                         "not from the installed wheel")
+    text = shell("meshrun simulate --nodes 2 --nproc-per-node 1 --recipe mlp-tp --run-id wheel "
+                 "--set train.steps=20 --set train.log_every=5", env, elsewhere,
+                 work / "wheel-run.log", timeout=600)
+    found = losses(text)
+    if len(found) < 2 or not found[-1] < found[0]:
+        raise SystemExit(f"fresh_machine: the wheel's job did not train: losses {found}")
+    print(f"fresh_machine: the installed wheel ran a 2-node job ({where.stdout.strip()}); "
+          f"loss {found[0]} -> {found[-1]}", flush=True)
+
+
+def check_tests(work: Path, pytest_args: list[str]) -> None:
+    """README command 2, exactly as written, in an empty venv, from this tree."""
+    _, second = readme_commands()
+    env = venv(work / "venv-tests")
+    command = second + ("" if not pytest_args else " " + " ".join(pytest_args))
+    print(f"fresh_machine: running `{command}` in an empty virtual environment", flush=True)
+    done = subprocess.run(["bash", "-c", command], env=env, cwd=ROOT)
+    if done.returncode != 0:
+        raise SystemExit(f"fresh_machine: `{command}` exited with {done.returncode}")
+
+
+def _copy_uncommitted(clone: Path) -> None:
+    """A developer's uncommitted edits travel into the clone (CI's tree has none)."""
+    diff = subprocess.run(["git", "diff", "HEAD", "--binary"], cwd=ROOT, capture_output=True,
+                          check=True).stdout
+    if diff:
+        subprocess.run(["git", "apply", "--allow-empty", "-"], cwd=clone, input=diff, check=True)
+    listed = subprocess.run(["git", "ls-files", "--others", "--exclude-standard", "-z"],
+                            cwd=ROOT, capture_output=True, check=True).stdout
+    for name in filter(None, listed.decode().split("\0")):
+        target = clone / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, target)
+
+
+def main(argv: list[str]) -> int:
+    what = argv[0] if argv else "all"
+    if what not in ("demo", "wheel", "tests", "all"):
+        print(__doc__)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="meshrun-fresh-") as tmp:
+        work = Path(tmp)
+        for sub in ("demo", "wheel", "tests"):
+            (work / sub).mkdir()
+        if what in ("demo", "all"):
+            check_demo(work / "demo")
+        if what in ("wheel", "all"):
+            check_wheel(work / "wheel")
+        if what in ("tests", "all"):
+            check_tests(work / "tests", argv[1:])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
