@@ -154,6 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
     _node_flags(r)
     r.add_argument("--max-restarts", metavar="N", default=None,
                    help="restart the workers after a failure up to N times (default 0)")
+    # `meshrun simulate` tells its node agents how many workers share this host (hidden).
+    r.add_argument("--simulated-workers", metavar="N", default=None, help=argparse.SUPPRESS)
     _preflight_flags(r)
     _watch_flags(r)
     _job_flags(r)
@@ -219,7 +221,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # Options that take a value: the command starts at the first word that is not one of them.
-_VALUE_OPTIONS = {*NODE_FLAGS, "--nodes", "--max-restarts", "--require-path", "--sizes",
+_VALUE_OPTIONS = {*NODE_FLAGS, "--nodes", "--max-restarts", "--simulated-workers",
+                  "--require-path", "--sizes",
                   "--iters", "--recipe", "--config", "--set", "--checkpoint-dir",
                   "--node-timeout", "--hang-timeout", "-o", "--output", "--deepspeed",
                   "--env", "--baseline", *RENDER_FLAGS}
@@ -445,6 +448,8 @@ def _render(args: argparse.Namespace, command: list[str] | None, is_module: bool
                                         env=tuple(args.env), infiniband=args.infiniband,
                                         run_flags=tuple(run_flags), **values)
         text = platform.render_platform(spec)
+        for note in spec.notes:
+            print(f"meshrun: note: {note}", file=sys.stderr)
     else:
         known = sorted({*render.TARGETS, *platform.PLATFORM_TARGETS})
         raise UsageError(f"unknown render target {args.target!r}", subject="meshrun render",
@@ -693,9 +698,12 @@ def make_plan_here(args: argparse.Namespace, cmd=None, job=None):
 
     env = dict(os.environ)
     host = facts.collect(env)
-    first = make_plan(env, flags_from(args), host, cmd, job)  # validates; finds the master
+    simulated = _simulated_workers(args)
+    first = make_plan(env, flags_from(args), host, cmd, job,  # validates; finds the master
+                      simulated_workers=simulated)
     net = netfacts.collect(first.master_addr, first.master_port, env=env)
-    plan = make_plan(env, flags_from(args), replace(host, net=net), cmd, job)
+    plan = make_plan(env, flags_from(args), replace(host, net=net), cmd, job,
+                     simulated_workers=simulated)
     deepspeed = getattr(args, "deepspeed", None) if args.verb != "render" else None
     if getattr(args, "accelerate", False) or deepspeed:
         from .render.accelerate import hf_worker_env
@@ -707,6 +715,15 @@ def make_plan_here(args: argparse.Namespace, cmd=None, job=None):
             path = os.path.abspath(deepspeed)
         plan = replace(plan, env=plan.env + tuple(hf_worker_env(plan, job_dict, path, env=env)))
     return plan
+
+
+def _simulated_workers(args: argparse.Namespace) -> int:
+    raw = getattr(args, "simulated_workers", None)
+    if raw is None:
+        return 0
+    from .topology.base import parse_int
+
+    return parse_int(raw, "--simulated-workers", minimum=1)
 
 
 def _plan(args: argparse.Namespace, cmd, job=None) -> int:

@@ -41,6 +41,7 @@ class HostFacts:
     files: Mapping[str, str] = field(default_factory=dict)
     # meshrun.netfacts.NetFacts, collected once the master address is known (None: not yet).
     net: Any = None
+    cpus: int = 1  # CPUs this process may run on (its affinity mask)
 
     def host_info(self) -> HostInfo:
         return HostInfo(hostname=self.hostname, files=self.files)
@@ -57,7 +58,18 @@ def collect(env: Mapping[str, str], *, timeout: float = 20.0) -> HostFacts:
                 files[rankfile] = handle.read()
         except OSError:
             pass  # the LSF detector reports the unreadable file with a fix
-    return HostFacts(hostname=socket.gethostname(), gpus=gpus, gpu_error=error, files=files)
+    return HostFacts(hostname=socket.gethostname(), gpus=gpus, gpu_error=error, files=files,
+                     cpus=usable_cpus())
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask; os.cpu_count() elsewhere)."""
+    import os
+
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
 
 
 def query_gpus(env: Mapping[str, str], *, timeout: float = 20.0) -> tuple[tuple[Gpu, ...], str]:

@@ -35,7 +35,7 @@ from typing import Any
 
 from .errors import EXIT_STARTUP, MeshrunError, StartupError
 from .logs import RANK_PREFIX, LogRouter, worker_logs_spec
-from .plan import LaunchPlan, describe
+from .plan import LaunchPlan, describe, ranks_phrase
 from .store import JobStore, join, open_store, say, store_errors
 
 RDZV_BACKEND = "meshrun-c10d"
@@ -106,9 +106,10 @@ def run(plan: LaunchPlan, *, max_restarts: int = 0, preflight: bool = True,
             code, stopped = 128 + int(sigval), True
         stopped = stopped or STOPPED_BY_SIGNAL.is_set()
         _default_signals()  # a second signal during the clean-up ends meshrun at once
-        from .logs import scrub_raw
+        from .logs import drop_empty_stacks, scrub_raw
 
         scrub_raw(plan.log_dir, plan.node_rank)
+        drop_empty_stacks(plan.log_dir, plan.global_ranks)
         if code != 0 and not stopped:  # nothing to explain when the user or scheduler stopped it
             _explain(plan)
         return code
@@ -126,6 +127,29 @@ def _quiet_agent_cpp_warnings() -> None:
         import torch  # noqa: F401 - c10 reads the level once, when it loads
     finally:
         del os.environ["TORCH_CPP_LOG_LEVEL"]
+
+
+class _SaidByMeshrun:
+    """A logging filter for torch's elastic agent: drops the lines meshrun says better itself
+    (``failed (exitcode: 1) local_rank: 0 (pid: ...) of binary: ...`` next to meshrun's
+    ``rank R on node K exited with code 1``, ``Sending process N closing signal SIGTERM``,
+    ``Received Signals.SIGTERM death signal``). torch's other warnings pass."""
+
+    _DROP = ("failed (exitcode: ", "Sending process ", "Received %s death signal",
+             "Got termination signal")
+
+    def filter(self, record: Any) -> bool:
+        return not str(record.msg).startswith(self._DROP)
+
+
+def _quiet_agent_lines() -> None:
+    import logging
+
+    for name in ("torch.distributed.elastic.multiprocessing.api",
+                 "torch.distributed.elastic.agent.server.api"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _SaidByMeshrun) for f in logger.filters):
+            logger.addFilter(_SaidByMeshrun())
 
 
 def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
@@ -151,6 +175,7 @@ def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
     from torch.distributed.launcher.api import LaunchConfig, launch_agent
 
     _register_backend(job, plan)
+    _quiet_agent_lines()
     config = LaunchConfig(
         min_nodes=plan.nnodes, max_nodes=plan.nnodes, nproc_per_node=plan.nproc_per_node,
         run_id=plan.run_id, role="worker", rdzv_endpoint=f"{plan.master_addr}:{job.port}",
@@ -159,8 +184,8 @@ def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
         log_line_prefix_template=RANK_PREFIX,
         logs_specs=worker_logs_spec(plan.log_dir, plan.node_rank),
     )
-    say(f"starting {plan.nproc_per_node} worker(s): ranks "
-        f"{plan.global_ranks[0]}-{plan.global_ranks[-1]} of {plan.world_size} "
+    say(f"starting {_workers(plan.nproc_per_node)}: {ranks_phrase(plan.global_ranks)} of "
+        f"{plan.world_size} "
         f"({time.monotonic() - started:.1f} s after start)")
     dog = _start_watchdog(job, plan, supervision, max_restarts)
     target = (["-m", plan.command.target] if plan.command.module
@@ -201,9 +226,14 @@ def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
         return EXIT_STARTUP
     finally:
         dog.stop(status)
-    say(f"all {plan.nproc_per_node} worker(s) of node {plan.node_rank} finished successfully; "
+    say(f"{'all ' if plan.nproc_per_node > 1 else ''}{_workers(plan.nproc_per_node)} of node "
+        f"{plan.node_rank} finished successfully; "
         f"logs in {plan.log_dir}")
     return 0
+
+
+def _workers(count: int) -> str:
+    return f"{count} worker{'s' if count != 1 else ''}"
 
 
 def _start_watchdog(job: JobStore, plan: LaunchPlan, supervision: Supervision,
@@ -272,18 +302,22 @@ def _start_watchdog(job: JobStore, plan: LaunchPlan, supervision: Supervision,
     return dog
 
 
-def _await_event(dog, supervision: Supervision, poll: float = 0.2):
+def _await_event(dog, supervision: Supervision, poll: float = 0.1):
     """After a worker failure: was a node lost? The watchdog now counts ``suspicion``
     seconds of silence as lost (:meth:`Watchdog.suspect`); wait until it says so, or every
-    other node has said goodbye, or that time (plus two beats) has passed: then every
-    other node is alive and the failure is the workers' own."""
+    node's workers are over (each node counts itself in ``meshrun/ended`` when its workers
+    end: a node that counted itself was not lost), or every other node has said goodbye, or
+    that time (plus two beats) has passed: then every other node is alive and the failure
+    is the workers' own. When every node failed, the last one to fail ends the wait for all,
+    within a poll."""
     suspicion = min(supervision.node_timeout, max(supervision.suspicion, 3 * supervision.interval))
     dog.suspect(suspicion)
+    dog.mark_ended()
     deadline = time.monotonic() + suspicion + 2 * supervision.interval
     while time.monotonic() < deadline:
         if dog.event is not None:
             return dog.event
-        if dog.others_done():
+        if dog.all_ended() or dog.others_done():
             return None
         time.sleep(poll)
     return dog.event
@@ -364,12 +398,17 @@ def _preflight(job: JobStore, plan: LaunchPlan, require_paths: tuple[str, ...]) 
 
 
 def _explain(plan: LaunchPlan) -> None:
-    """After a failure: meshrun diagnose over this node's logs, one sentence per cause."""
+    """After a failure: meshrun diagnose over this node's logs, one sentence per cause
+    (written to ``diagnosis.node<k>.json``; printed here unless the node is simulated:
+    ``meshrun simulate`` prints one diagnosis of the whole run instead of one per node)."""
     from .bundle import write_diagnosis
 
     sys.stdout.flush()
     sys.stderr.flush()
-    for line in write_diagnosis(plan):
+    lines = write_diagnosis(plan)
+    if plan.simulated_workers:
+        return
+    for line in lines:
         print(f"meshrun: diagnosis: {line}", file=sys.stderr, flush=True)
 
 

@@ -42,24 +42,79 @@ def keep_previous(path: str) -> str | None:
     return target
 
 
+_CHUNK_HEADER = re.compile(r"^\[rank(\d+)\]: ")
+_MAX_PARTIAL = 64 * 1024  # a worker's unfinished line held back at most this long
+
+
+def settle(line: str) -> str:
+    """What a terminal finally shows of ``line``: the text after its last carriage return
+    (progress bars redraw themselves with ``\r``); a trailing ``\r`` (CRLF) is dropped."""
+    line = line.rstrip("\r")
+    if "\r" in line:
+        line = next((seg for seg in reversed(line.split("\r")) if seg.strip()), "")
+    return line
+
+
 class _Tee(io.TextIOBase):
-    """A stand-in for sys.stdout/sys.stderr: console + node log + per-rank logs."""
+    """A stand-in for sys.stdout/sys.stderr: console + node log + per-rank logs.
+
+    torch's log tailer writes each worker's output as ``[rankN]: `` + what it read, and it
+    reads partial lines as they come (a progress bar without its newline): every piece gets
+    the prefix, so one line would become ``[rank0]: 10%[rank0]: 20% ...``. The pieces of
+    each rank are joined here and only whole lines go on, redrawn progress settled to what
+    a terminal would finally show. meshrun's own text passes as it is written."""
 
     def __init__(self, console: TextIO, router: "LogRouter") -> None:
         self._console = console
         self._router = router
         self._pending = ""
+        self._partial: dict[int, str] = {}  # rank -> its unfinished line
 
     def write(self, text: str) -> int:
-        text = redact_text(_DOUBLE_PREFIX.sub(r"\1", text))  # no secret on screen or in logs
         with self._router.lock:
-            self._console.write(text)
-            self._pending += text
-            if "\n" in self._pending:
-                *lines, self._pending = self._pending.split("\n")
-                for line in lines:
-                    self._router.route(line)
+            found = _CHUNK_HEADER.match(text) if not self._pending else None
+            if found:
+                self._worker_chunk(int(found.group(1)), text[found.end():])
+            else:
+                self._own_text(text)
         return len(text)
+
+    def _own_text(self, text: str) -> None:
+        text = redact_text(_DOUBLE_PREFIX.sub(r"\1", text))  # no secret on screen or in logs
+        self._console.write(text)
+        self._pending += text
+        if "\n" in self._pending:
+            *lines, self._pending = self._pending.split("\n")
+            for line in lines:
+                self._router.route(line)
+
+    def _worker_chunk(self, rank: int, body: str) -> None:
+        held = self._partial.pop(rank, "") + body
+        if "\n" not in held and len(held) < _MAX_PARTIAL:
+            self._partial[rank] = held
+            return
+        *lines, rest = held.split("\n")
+        if len(rest) >= _MAX_PARTIAL:
+            lines.append(rest)
+            rest = ""
+        if rest:
+            self._partial[rank] = rest
+        for line in lines:
+            self._emit(rank, line)
+
+    def _emit(self, rank: int, line: str) -> None:
+        whole = redact_text(_DOUBLE_PREFIX.sub(r"\1", f"[rank{rank}]: {settle(line)}"))
+        self._console.write(whole + "\n")
+        self._router.route(whole)
+
+    def finish(self) -> None:
+        """Pass on what is still held (a worker's last line without a newline)."""
+        with self._router.lock:
+            for rank in sorted(self._partial):
+                self._emit(rank, self._partial.pop(rank))
+            if self._pending:
+                self._router.route(self._pending)
+                self._pending = ""
 
     def flush(self) -> None:
         self._console.flush()
@@ -122,9 +177,8 @@ class LogRouter:
         with self.lock:
             if self._saved is not None:
                 for stream in (sys.stdout, sys.stderr):
-                    pending = getattr(stream, "_pending", "")
-                    if pending:
-                        self.route(pending)
+                    if isinstance(stream, _Tee):
+                        stream.finish()
                 sys.stdout.flush()
                 sys.stderr.flush()
                 sys.stdout, sys.stderr = self._saved
@@ -187,3 +241,20 @@ def scrub_raw(run_dir: str, node_rank: int) -> None:
                             handle.write(clean)
                 except OSError:
                     continue
+
+
+def drop_empty_stacks(run_dir: str, ranks: tuple[int, ...]) -> None:
+    """Remove this node's ``stacks/rank<r>.txt`` files that stayed empty (every worker opens
+    one for faulthandler; only a hang fills it), and ``stacks/`` once it is empty."""
+    folder = os.path.join(run_dir, "stacks")
+    for rank in ranks:
+        path = os.path.join(folder, f"rank{rank}.txt")
+        try:
+            if os.path.getsize(path) == 0:
+                os.remove(path)
+        except OSError:
+            continue
+    try:
+        os.rmdir(folder)  # only when empty: another node's or a hang's dumps stay
+    except OSError:
+        pass

@@ -163,8 +163,10 @@ def _ports_text(pairs) -> str:
 # --- the policy -----------------------------------------------------------------------------
 
 def network_env(facts: NetFacts, *, nnodes: int, device: str,
-                user_env: Mapping[str, str]) -> NetPolicy:
-    """This node's network variables (see the module docstring). Pure."""
+                user_env: Mapping[str, str], simulated: bool = False) -> NetPolicy:
+    """This node's network variables (see the module docstring). Pure.
+
+    ``simulated``: every node runs on this host (``meshrun simulate``), over loopback."""
     if device not in DEVICES:
         raise ValueError(f"device must be one of {', '.join(DEVICES)}, not {device!r}")
     scale = scale_for(nnodes)
@@ -175,6 +177,9 @@ def network_env(facts: NetFacts, *, nnodes: int, device: str,
     if nnodes == 1:
         out.note("GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME not set: one node, no traffic "
                  "between nodes")
+    elif simulated:
+        out.note("GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME not set: the simulated nodes share "
+                 "this host and talk over loopback")
     else:
         choice = choose_socket_iface(facts)
         if choice.name is None:
@@ -200,7 +205,9 @@ def network_env(facts: NetFacts, *, nnodes: int, device: str,
     hours = scale.pg_timeout_s / 3600
     out.offer("MESHRUN_PG_TIMEOUT", str(scale.pg_timeout_s),
               f"process-group timeout for {scale.label} ({hours:g} h): a collective waiting "
-              "longer fails; meshrun.init_distributed passes it to init_process_group",
+              "longer fails; read by meshrun.init_distributed and the recipes only: a script "
+              "calling init_process_group itself keeps torch's default (NCCL 10 min, gloo "
+              "30 min) unless it passes timeout=",
               same=lambda user: _float(user) == scale.pg_timeout_s)
     return out.policy()
 

@@ -112,6 +112,8 @@ class LaunchPlan:
     notes: tuple[str, ...] = ()
     version: str = __version__
     job: Any = None  # meshrun.config.JobConfig when a recipe, --config or --set is given
+    # `meshrun simulate`: the workers of every simulated node on this host (0: a real node)
+    simulated_workers: int = 0
 
     @property
     def is_master(self) -> bool:
@@ -133,8 +135,12 @@ class LaunchPlan:
 
 
 def make_plan(env: Mapping[str, str], flags: Flags, facts: HostFacts,
-              command: Command | None = None, job: JobInput | None = None) -> LaunchPlan:
-    """Resolve and validate everything; raise :class:`UsageError` on any bad input."""
+              command: Command | None = None, job: JobInput | None = None, *,
+              simulated_workers: int = 0) -> LaunchPlan:
+    """Resolve and validate everything; raise :class:`UsageError` on any bad input.
+
+    ``simulated_workers``: this node is one of ``meshrun simulate``'s, and that many workers
+    (all simulated nodes') share this host's CPUs."""
     topo = detect(env, flags, facts.host_info())
     source: dict[str, str] = {}
     warnings: list[str] = []
@@ -160,7 +166,8 @@ def make_plan(env: Mapping[str, str], flags: Flags, facts: HostFacts,
     log_dir = f"{log_root.rstrip('/')}/{run_id}"
 
     worker_env = _worker_env(env, visible, gpu_mode, nproc, nnodes, node_rank, run_id, backend,
-                             log_dir)
+                             log_dir, threads_for(env, nproc, facts.cpus, simulated_workers,
+                                                  nnodes))
     if facts.gpu_error:
         warnings.append(f"{facts.gpu_error}; running on CPU")
     notes = list(topo.notes)
@@ -168,7 +175,7 @@ def make_plan(env: Mapping[str, str], flags: Flags, facts: HostFacts,
         from .network import network_env
 
         policy = network_env(facts.net, nnodes=nnodes, device="cuda" if gpu_mode else "cpu",
-                             user_env=env)
+                             user_env=env, simulated=simulated_workers > 0)
         worker_env += [EnvVar(v.name, v.value, v.reason) for v in policy.env]
         warnings += list(policy.warnings)
         notes += list(policy.notes)
@@ -191,7 +198,8 @@ def make_plan(env: Mapping[str, str], flags: Flags, facts: HostFacts,
         gpu_names=tuple(g.name for g in gpus), log_dir=log_dir, join_timeout=join_timeout,
         env=tuple(worker_env), source=source, platform=topo.platform, platforms=topo.platforms,
         world_size_reading=reading, hostname=facts.hostname, command=command,
-        warnings=tuple(warnings), notes=tuple(notes), job=config)
+        warnings=tuple(warnings), notes=tuple(notes), job=config,
+        simulated_workers=simulated_workers)
 
 
 # --- devices -----------------------------------------------------------------------------
@@ -427,16 +435,39 @@ def _run_id(topo: Topology, addr: str, port: int, nnodes: int,
 
 # --- environment for the workers ---------------------------------------------------------
 
+def threads_for(env: Mapping[str, str], nproc: int, cpus: int, simulated_workers: int,
+                nnodes: int) -> EnvVar | None:
+    """``OMP_NUM_THREADS`` for the workers, or None to leave it alone. Pure.
+
+    A value the user set is kept. ``meshrun run``: 1 when several processes share the node
+    (torchrun's rule), else torch's own default (every core). ``meshrun simulate``: every
+    simulated node's workers share this one host, so each gets ``max(1, cpus // workers)``:
+    otherwise N nodes x M workers each start a thread per core and fight over them."""
+    if "OMP_NUM_THREADS" in env:
+        return None
+    if simulated_workers > 0:
+        threads = max(1, cpus // simulated_workers)
+        nodes = f"{nnodes} simulated node{'s' if nnodes != 1 else ''}"
+        return EnvVar("OMP_NUM_THREADS", str(threads),
+                      f"{simulated_workers} worker{'s' if simulated_workers != 1 else ''} of "
+                      f"{nodes} share this host's {cpus} CPU{'s' if cpus != 1 else ''}: "
+                      f"max(1, {cpus} // {simulated_workers}) = {threads} thread"
+                      f"{'s' if threads != 1 else ''} each (set OMP_NUM_THREADS to override)")
+    if nproc > 1:
+        return EnvVar("OMP_NUM_THREADS", "1", f"{nproc} processes share this node's CPUs "
+                      "(torchrun's default; set OMP_NUM_THREADS to override)")
+    return None
+
+
 def _worker_env(env: Mapping[str, str], visible: Sequence[str], gpu_mode: bool, nproc: int,
                 nnodes: int, node_rank: int, run_id: str, backend: str,
-                log_dir: str) -> list[EnvVar]:
+                log_dir: str, threads: EnvVar | None = None) -> list[EnvVar]:
     out: list[EnvVar] = []
     if gpu_mode:
         out.append(EnvVar("CUDA_VISIBLE_DEVICES", ",".join(visible),
                           "this node's own GPUs, one per local rank"))
-    if nproc > 1 and "OMP_NUM_THREADS" not in env:
-        out.append(EnvVar("OMP_NUM_THREADS", "1", f"{nproc} processes share this node's CPUs "
-                          "(torchrun's default; set OMP_NUM_THREADS to override)"))
+    if threads is not None:
+        out.append(threads)
     out += [
         EnvVar("MESHRUN_RUN_ID", run_id, "the job's run id, for scripts and logs"),
         EnvVar("MESHRUN_NNODES", str(nnodes), "node count, for scripts"),
@@ -458,10 +489,19 @@ def _say(value: Sourced) -> str:
 
 # --- text --------------------------------------------------------------------------------
 
+def rank_span(ranks: Sequence[int]) -> str:
+    """``0-7`` for a run of ranks, ``3`` for one."""
+    return f"{ranks[0]}-{ranks[-1]}" if len(ranks) > 1 else str(ranks[0])
+
+
+def ranks_phrase(ranks: Sequence[int]) -> str:
+    """``ranks 0-7``, or ``rank 3`` for a node with one worker."""
+    return f"rank{'s' if len(ranks) > 1 else ''} {rank_span(ranks)}"
+
+
 def describe(plan: LaunchPlan) -> str:
     """The plan as an aligned ``key : value`` block (the run banner uses it too)."""
-    ranks = plan.global_ranks
-    rank_text = f"{ranks[0]}-{ranks[-1]}" if len(ranks) > 1 else str(ranks[0])
+    rank_text = rank_span(plan.global_ranks)
     port = str(plan.master_port) if plan.master_port else "auto"
     devices = (f"GPUs {','.join(plan.visible_devices)}"
                + (f" ({plan.gpu_names[0]})" if plan.gpu_names else "")

@@ -51,10 +51,12 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def node_argv(args: argparse.Namespace, cmd: Command, nodes: int, rank: int, port: int,
-              run_id: str, max_restarts: int) -> list[str]:
+              run_id: str, max_restarts: int, workers: int) -> list[str]:
+    """``meshrun run`` for simulated node ``rank``; ``workers``: all nodes' workers."""
     argv = [sys.executable, "-m", "meshrun", "run", "--nnodes", str(nodes), "--node-rank",
             str(rank), "--master-addr", "127.0.0.1", "--master-port", str(port),
-            "--run-id", run_id, "--max-restarts", str(max_restarts)]
+            "--run-id", run_id, "--max-restarts", str(max_restarts),
+            "--simulated-workers", str(workers)]
     for name in ("nproc_per_node", "log_dir", "join_timeout"):
         value = getattr(args, name, None)
         if value is not None:
@@ -82,7 +84,7 @@ def node_argv(args: argparse.Namespace, cmd: Command, nodes: int, rank: int, por
 def simulate(args: argparse.Namespace, cmd: Command, *, max_restarts: int = 0,
              job=None) -> int:
     from . import facts
-    from .plan import make_plan
+    from .plan import make_plan, threads_for
     from .topology import Flags
     from .topology.base import parse_int
 
@@ -91,15 +93,21 @@ def simulate(args: argparse.Namespace, cmd: Command, *, max_restarts: int = 0,
     run_id = args.run_id or f"sim-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     env = node_env(os.environ)
     # Validate exactly as node 0 will, before anything starts (bad input -> exit 2 here).
-    make_plan(env, Flags(nnodes=str(nodes), node_rank="0", master_addr="127.0.0.1",
-                         master_port=str(port), run_id=run_id,
-                         nproc_per_node=getattr(args, "nproc_per_node", None),
-                         log_dir=getattr(args, "log_dir", None),
-                         join_timeout=getattr(args, "join_timeout", None)),
-              facts.collect(env), cmd, job)
+    host = facts.collect(env)
+    plan = make_plan(env, Flags(nnodes=str(nodes), node_rank="0", master_addr="127.0.0.1",
+                                master_port=str(port), run_id=run_id,
+                                nproc_per_node=getattr(args, "nproc_per_node", None),
+                                log_dir=getattr(args, "log_dir", None),
+                                join_timeout=getattr(args, "join_timeout", None)),
+                     host, cmd, job, simulated_workers=nodes)
+    workers = nodes * plan.nproc_per_node
+    threads = threads_for(env, plan.nproc_per_node, host.cpus, workers, nodes)
+    share = (f"; {workers} workers share {host.cpus} CPUs: OMP_NUM_THREADS={threads.value}"
+             if threads is not None else "")
     print(f"meshrun: simulating {nodes} nodes on this machine (store 127.0.0.1:{port}, "
-          f"run id {run_id})", flush=True)
-    procs = [subprocess.Popen(node_argv(args, cmd, nodes, rank, port, run_id, max_restarts),
+          f"run id {run_id}{share})", flush=True)
+    procs = [subprocess.Popen(node_argv(args, cmd, nodes, rank, port, run_id, max_restarts,
+                                        workers),
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True, bufsize=1, start_new_session=True,
                               preexec_fn=_term_with_parent)
@@ -109,9 +117,11 @@ def simulate(args: argparse.Namespace, cmd: Command, *, max_restarts: int = 0,
               for rank, p in enumerate(procs)]
     for thread in relays:
         thread.start()
+    interrupted = False
     try:
         codes = [p.wait() for p in procs]
     except KeyboardInterrupt:
+        interrupted = True
         for p in procs:
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGINT)
@@ -119,6 +129,8 @@ def simulate(args: argparse.Namespace, cmd: Command, *, max_restarts: int = 0,
     for thread in relays:
         thread.join(timeout=5)
     failed = [(rank, code) for rank, code in enumerate(codes) if code != 0]
+    if failed and not interrupted:
+        _explain(plan)
     if failed:
         rank, code = failed[0]
         if code < 0:  # a node agent killed by a signal: the shell's 128 + N, not 256 - N
@@ -129,6 +141,22 @@ def simulate(args: argparse.Namespace, cmd: Command, *, max_restarts: int = 0,
         return code
     print(f"meshrun: all {nodes} simulated nodes finished successfully", flush=True)
     return 0
+
+
+def _explain(plan) -> None:
+    """One diagnosis of the whole run (every simulated node's logs share one folder), instead
+    of one per node: each node agent wrote its own ``diagnosis.node<k>.json`` but printed
+    nothing."""
+    from .diagnose import diagnose_files, render_text
+
+    try:
+        found = diagnose_files([plan.log_dir], job=plan.job, device=plan.device)
+    except Exception as exc:  # noqa: BLE001 - a diagnosis must never hide the failure itself
+        print(f"meshrun: diagnosis failed: {str(exc)[:200]}", file=sys.stderr, flush=True)
+        return
+    for line in render_text(found).splitlines():
+        if line.strip():
+            print(f"meshrun: diagnosis: {line}", file=sys.stderr, flush=True)
 
 
 def _term_with_parent() -> None:
@@ -144,9 +172,12 @@ def _term_with_parent() -> None:
 
 def _relay(proc: subprocess.Popen, rank: int, lock: threading.Lock) -> None:
     assert proc.stdout is not None
+    banner = rank > 0  # node 0 shows the banner; every node's log keeps its own
     for line in proc.stdout:
-        if rank > 0 and line.startswith("  "):
-            continue  # node 0 showed the banner; every node's log keeps its own
+        if banner and (line.startswith(("meshrun: ", "[rank")) or "Traceback" in line):
+            banner = False
+        if banner or (rank > 0 and line.startswith("  ")):
+            continue
         text = line if line.startswith("[rank") else f"[node {rank}] {line}"
         with lock:
             sys.stdout.write(text)

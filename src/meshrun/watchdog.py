@@ -51,6 +51,7 @@ from typing import Any
 
 PREFIX = "meshrun/"
 GOODBYES = PREFIX + "goodbyes"  # how many nodes have written meshrun/done/<node>
+ENDED = PREFIX + "ended"  # how many nodes' workers are over (failed, finished or stopped)
 
 
 def node_lost_line(node: int, host: str, age_s: float, *, store_host: bool = False) -> str:
@@ -275,6 +276,7 @@ class Watchdog(threading.Thread):
         self._stale: dict[int, bytes] = {}  # progress values left by the hung attempt
         self.goodbyes: dict[int, str] = {}  # node -> "done" | "failed" | "stopped" (its goodbye)
         self._local_failure = False      # this node's workers failed (see suspect())
+        self._ended = False              # this node counted itself in ENDED
 
     # -- lifecycle --------------------------------------------------------------------------
     def stop(self, status: str = "done") -> None:
@@ -292,6 +294,7 @@ class Watchdog(threading.Thread):
         store = self._store
         if store is None:
             return
+        self.mark_ended()
         try:
             store.set(f"{PREFIX}done/{self.node_rank}", status)
             store.add(GOODBYES, 1)  # after the status: a reader that sees the count sees it
@@ -486,6 +489,25 @@ class Watchdog(threading.Thread):
             if not in_collective(dump):
                 out.append((rank, "not in a collective"))
         return {"stuck": out, "restarts_left": left}
+
+    def mark_ended(self) -> None:
+        """Count this node in ``meshrun/ended``: its workers are over (once per node)."""
+        if self._ended:
+            return
+        try:
+            if self._store is not None:
+                self._store.add(ENDED, 1)
+                self._ended = True
+        except Exception:  # noqa: BLE001, S110 - the store may be gone: nothing to count then
+            pass
+
+    def all_ended(self) -> bool:
+        """Every node's workers are over (this node's included): none of them was lost, so a
+        failure here is the workers' own and nobody needs to wait for a silent node."""
+        try:
+            return self._store is not None and int(self._store.add(ENDED, 0)) >= self.nnodes
+        except Exception:  # noqa: BLE001
+            return False
 
     def others_done(self) -> bool:
         """Every other node has said goodbye (finished or failed, but not lost)."""

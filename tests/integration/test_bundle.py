@@ -19,8 +19,9 @@ def test_failed_run_diagnoses_itself_and_its_bundle_has_no_secrets(tmp_path):
                    "--", str(SCRIPTS / "oom.py"), "--api-key", ARG_SECRET,
                    env=clean_env(**SECRETS), cwd=tmp_path)
     assert done.returncode != 0
-    # node 1 (rank 1) diagnoses the OOM with the job's numbers
-    lines = [l for l in done.stdout.splitlines() if "meshrun: diagnosis:" in l]
+    # the run (rank 1, on node 1) is diagnosed once, with the job's numbers
+    lines = [l for l in (done.stdout + done.stderr).splitlines() if "meshrun: diagnosis:" in l]
+    assert len([l for l in lines if "out of memory" in l.lower()]) == 1, lines
     oom = [l for l in lines if "out of memory" in l.lower()]
     assert oom and "(8 -> 4)" in oom[0] and "(1 -> 2)" in oom[0], lines
     run = tmp_path / "logs" / "oom"

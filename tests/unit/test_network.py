@@ -476,8 +476,9 @@ def test_policy_keeps_user_values_and_warns_when_they_differ(tmp_path):
         "NCCL_SOCKET_IFNAME=eth0 set by you; meshrun would pick ib0 (routes to master "
         "192.168.10.1 (source address 192.168.10.5))",
         "MESHRUN_PG_TIMEOUT=1800 set by you; meshrun would set 7200 (process-group timeout "
-        "for 2-7 nodes (2 h): a collective waiting longer fails; meshrun.init_distributed "
-        "passes it to init_process_group)")
+        "for 2-7 nodes (2 h): a collective waiting longer fails; read by "
+        "meshrun.init_distributed and the recipes only: a script calling init_process_group "
+        "itself keeps torch's default (NCCL 10 min, gloo 30 min) unless it passes timeout=)")
     # mlx5 selects mlx5_0 (active) and mlx5_1 (down): the same active ports -> no warning;
     # 0x1000000 is 16 MiB as NCCL reads it; GLOO_SOCKET_IFNAME=ib0 is meshrun's choice.
 

@@ -50,7 +50,7 @@ import importlib
 import re
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import NoReturn
 
 from .. import __version__
@@ -136,6 +136,8 @@ class RenderSpec:
     meshrun: tuple[str, ...] = ("meshrun",)
     version: str = __version__
     regenerate: tuple[str, ...] = ()
+    # what was inferred from the flags, for the console (not written in the file)
+    notes: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -177,7 +179,7 @@ class RenderSpec:
         if self.job_name != derive_job_name(self.command):
             argv += ["--job-name", self.job_name]
         argv += ["--nnodes", str(self.nnodes)]
-        if self.gpus_per_node:
+        if self.gpus_per_node or self.nproc_per_node > 1:  # else a CPU job, said by default
             argv += ["--gpus-per-node", str(self.gpus_per_node)]
         default_nproc = self.gpus_per_node or 1
         if self.nproc_per_node != default_nproc:
@@ -441,6 +443,7 @@ def spec_from_flags(target: str, command: Sequence[str] | None, *, module: bool 
         words = ("-m", *words)
     gpus = _int("--gpus-per-node", gpus_per_node, 0, minimum=0)
     nproc = _int("--nproc-per-node", nproc_per_node, gpus or 1, minimum=1)
+    gpus, notes = infer_gpus(gpus_per_node, nproc_per_node, gpus, nproc)
     pairs = []
     for item in env:
         name, sep, value = item.partition("=")
@@ -468,7 +471,23 @@ def spec_from_flags(target: str, command: Sequence[str] | None, *, module: bool 
         backoff_limit=_int("--backoff-limit", backoff_limit, 0, minimum=0),
         partition=(partition or "").strip(), time_limit=(time or "").strip(),
         account=(account or "").strip(), meshrun=launcher, version=version,
-        regenerate=tuple(regenerate))
+        regenerate=tuple(regenerate), notes=notes)
+
+
+def infer_gpus(gpus_raw: str | None, nproc_raw: str | None, gpus: int,
+               nproc: int) -> tuple[int, tuple[str, ...]]:
+    """GPUs per node when ``--gpus-per-node`` was not given, and a note saying what was
+    taken. Several processes per node (``--nproc-per-node 8``) mean one GPU each: a GPU job
+    whose pods request no GPU would run 8 CPU processes and be slow without a word. One
+    process and no GPU flag is a CPU job, said as such."""
+    if gpus_raw not in (None, ""):
+        return gpus, ()
+    if nproc_raw not in (None, "") and nproc > 1:
+        return nproc, (f"--gpus-per-node not given: each node requests {nproc} GPUs, one per "
+                       f"process of --nproc-per-node {nproc} (pass --gpus-per-node 0 for "
+                       f"{nproc} CPU processes per node)",)
+    return gpus, ("--gpus-per-node not given: a CPU job, no GPU requested (pass "
+                  "--gpus-per-node N for N GPUs per node)",)
 
 
 def _split(flag: str, raw: str | None, example: str) -> tuple[str, ...]:

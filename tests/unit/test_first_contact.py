@@ -1,0 +1,262 @@
+"""What a new user meets first (issue 11): declared dependencies, simulate's thread share,
+whole log lines, one-worker wording, the GPU count a render infers, and the diagnosis a node
+gives of its own files."""
+
+from __future__ import annotations
+
+import ast
+import io
+import logging
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from unit_fakes import CPU_HOST
+
+from meshrun.diagnose import diagnose_text
+from meshrun.facts import HostFacts
+from meshrun.logs import LogRouter, drop_empty_stacks, settle
+from meshrun.plan import describe, make_plan, rank_span, ranks_phrase, threads_for
+from meshrun.render.spec import infer_gpus, render_platform, spec_from_flags
+from meshrun.topology import Flags
+
+ROOT = Path(__file__).resolve().parents[2]
+TWO = Flags(nnodes="2", node_rank="1", master_addr="127.0.0.1", master_port="29500")
+
+
+# --- dependencies -------------------------------------------------------------------------
+
+def _declared() -> set[str]:
+    import tomllib
+
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    return {re.split(r"[<>=!~; \[]", dep, maxsplit=1)[0].lower()
+            for dep in data["project"]["dependencies"]}
+
+
+def _third_party_imports() -> dict[str, set[str]]:
+    """Top-level modules the package imports that are neither stdlib nor meshrun, with the
+    files importing them; an import inside ``try: ... except ImportError`` is optional."""
+    found: dict[str, set[str]] = {}
+    for path in (ROOT / "src" / "meshrun").rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        optional = {id(n) for t in ast.walk(tree) if isinstance(t, ast.Try)
+                    and any(isinstance(h.type, ast.Name) and h.type.id in
+                            ("ImportError", "ModuleNotFoundError") for h in t.handlers)
+                    for n in ast.walk(t)}
+        for node in ast.walk(tree):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0
+                     and node.module else [])
+            for name in names:
+                top = name.split(".")[0]
+                if top not in sys.stdlib_module_names and top != "meshrun" \
+                        and id(node) not in optional:
+                    found.setdefault(top, set()).add(path.name)
+    return found
+
+
+DISTRIBUTION = {"yaml": "pyyaml", "tomli": "tomli", "torch": "torch", "numpy": "numpy"}
+
+
+def test_every_module_the_package_imports_is_declared():
+    declared = _declared()
+    for module, files in _third_party_imports().items():
+        assert DISTRIBUTION.get(module, module) in declared, (module, sorted(files))
+
+
+def test_numpy_is_declared_where_object_collectives_are_used():
+    """torch's wheel does not bring numpy; its object collectives need it (the quick start
+    once failed with "Numpy is not available" in an empty virtual environment)."""
+    users = [p.name for p in (ROOT / "src" / "meshrun").rglob("*.py")
+             if re.search(r"\b(broadcast_object_list|all_gather_object|gather_object|"
+                          r"scatter_object_list)\b", p.read_text())]
+    assert users, "no object collective left: this guard may go"
+    assert "numpy" in _declared(), users
+
+
+def test_the_ci_reads_the_readme_commands_it_runs():
+    sys.path.insert(0, str(ROOT / ".ci"))
+    try:
+        from fresh_machine import readme_commands
+    finally:
+        sys.path.pop(0)
+    first, second = readme_commands()
+    assert "meshrun simulate" in first and "pip install" in first
+    assert second == "./scripts/test.sh"
+
+
+# --- simulate's share of the CPUs -----------------------------------------------------------
+
+@pytest.mark.parametrize("cpus, workers, threads", [(2, 2, "1"), (2, 4, "1"), (16, 4, "4"),
+                                                    (16, 3, "5"), (1, 64, "1")])
+def test_simulated_workers_share_the_host(cpus, workers, threads):
+    var = threads_for({}, 1, cpus, workers, 2)
+    assert var is not None and var.value == threads
+    assert f"max(1, {cpus} // {workers}) = {threads}" in var.reason
+
+
+def test_run_keeps_torchruns_rule_and_the_users_value():
+    assert threads_for({}, 1, 16, 0, 2) is None               # one worker: torch's default
+    assert threads_for({}, 8, 16, 0, 2).value == "1"          # several: torchrun's 1
+    assert threads_for({"OMP_NUM_THREADS": "3"}, 8, 16, 4, 2) is None  # the user's, kept
+
+
+def test_plan_says_the_simulated_share():
+    plan = make_plan({}, TWO, HostFacts(hostname="h", cpus=8), simulated_workers=4)
+    assert plan.env_dict()["OMP_NUM_THREADS"] == "2"
+    assert plan.simulated_workers == 4 and plan.to_json()["simulated_workers"] == 4
+    assert "4 workers of 2 simulated nodes share this host's 8 CPUs" in describe(plan)
+    assert "OMP_NUM_THREADS" not in make_plan({}, TWO, HostFacts(hostname="h", cpus=8)).env_dict()
+
+
+# --- wording --------------------------------------------------------------------------------
+
+def test_one_worker_is_one_rank_not_a_range():
+    assert ranks_phrase((1,)) == "rank 1" and ranks_phrase((8, 9, 10)) == "ranks 8-10"
+    assert rank_span((3,)) == "3"
+    assert "global ranks       : 1 " in describe(make_plan({}, TWO, CPU_HOST))
+
+
+# --- whole lines from torch's tailer ----------------------------------------------------------
+
+@pytest.mark.parametrize("raw, shown", [
+    ("plain", "plain"), ("\r 10%|#\r 50%|#####\r100%|##########| 10/10", "100%|##########| 10/10"),
+    ("done\r", "done"), ("a\r\r", "a"), ("\r", "")])
+def test_settle_keeps_what_a_terminal_shows(raw, shown):
+    assert settle(raw) == shown
+
+
+def _router(tmp_path):
+    router = LogRouter(str(tmp_path), 0, (0, 1))
+    console = io.StringIO()
+    saved = sys.stdout
+    router.install()
+    tee = sys.stdout
+    sys.stdout = saved
+    tee._console = console  # the tee's console, captured
+    return router, tee, console
+
+
+def test_partial_worker_lines_are_joined_and_prefixed_once(tmp_path):
+    router, tee, console = _router(tmp_path)
+    try:
+        # torch's tailer: "[rankN]: " + whatever it read, partial lines included
+        for chunk in ("[rank0]: step 1 of", "[rank1]: hello\n", "[rank0]:  2\n",
+                      "[rank0]: \r 10%|#", "[rank0]: \r100%|##| 2/2\n",
+                      "[rank1]: [rank1]: Traceback (most recent call last):\n",
+                      "[rank1]: no newline at the end"):
+            tee.write(chunk)
+        tee.write("meshrun: own line\n")
+    finally:
+        tee.finish()
+        router.close()
+    shown = console.getvalue().splitlines()
+    assert shown == ["[rank1]: hello", "[rank0]: step 1 of 2", "[rank0]: 100%|##| 2/2",
+                     "[rank1]: Traceback (most recent call last):", "meshrun: own line",
+                     "[rank1]: no newline at the end"]
+    assert (tmp_path / "rank0.log").read_text() == "step 1 of 2\n100%|##| 2/2\n"
+    assert (tmp_path / "rank1.log").read_text().splitlines() == [
+        "hello", "Traceback (most recent call last):", "no newline at the end"]
+    assert "[rank0]: step 1 of 2" in (tmp_path / "node0.log").read_text()
+
+
+def test_a_secret_split_across_chunks_is_still_redacted(tmp_path):
+    router, tee, console = _router(tmp_path)
+    try:
+        tee.write("[rank0]: token hf_abcdefghij")
+        tee.write("[rank0]: klmnopqrstuvwxyz0123 used\n")
+    finally:
+        tee.finish()
+        router.close()
+    assert "hf_abcdefghijklmnop" not in console.getvalue()
+    assert "hf_abcdefghijklmnop" not in (tmp_path / "rank0.log").read_text()
+
+
+def test_empty_stack_files_go_and_a_dump_stays(tmp_path):
+    stacks = tmp_path / "stacks"
+    stacks.mkdir()
+    (stacks / "rank0.txt").write_text("")
+    (stacks / "rank1.txt").write_text("Thread 0x1 (most recent call first):\n")
+    (stacks / "rank2.txt").write_text("")  # another node's: not ours to remove
+    drop_empty_stacks(str(tmp_path), (0, 1))
+    assert sorted(p.name for p in stacks.iterdir()) == ["rank1.txt", "rank2.txt"]
+    (stacks / "rank1.txt").unlink()
+    drop_empty_stacks(str(tmp_path), (2,))
+    assert not stacks.exists()
+
+
+def test_torchs_agent_lines_that_meshrun_says_itself_are_dropped():
+    from meshrun.launch import _quiet_agent_lines
+
+    _quiet_agent_lines()
+    _quiet_agent_lines()  # once only
+    logger = logging.getLogger("torch.distributed.elastic.multiprocessing.api")
+    assert sum(type(f).__name__ == "_SaidByMeshrun" for f in logger.filters) == 1
+
+    def passes(msg: str) -> bool:
+        return logger.filter(logging.LogRecord(logger.name, logging.ERROR, "api.py", 1, msg,
+                                               (), None))
+
+    assert not passes("failed (exitcode: %s) local_rank: %s (pid: %s) of binary: %s")
+    assert not passes("Sending process %s closing signal %s")
+    assert passes("Unable to shutdown process %s via %s, forcefully exiting via %s")
+
+
+# --- render: the GPUs a node requests -----------------------------------------------------------
+
+def test_several_processes_without_a_gpu_count_request_one_gpu_each():
+    spec = spec_from_flags("k8s", ["train.py"], nnodes="2", nproc_per_node="8", image="img")
+    assert spec.gpus_per_node == 8
+    assert "each node requests 8 GPUs" in spec.notes[0] and "--gpus-per-node 0" in spec.notes[0]
+    text = render_platform(spec)
+    assert "nvidia.com/gpu: '8'" in text and "--gpus-per-node 8" in text.splitlines()[1]
+
+
+def test_a_cpu_job_is_said_and_regenerates_as_one():
+    spec = spec_from_flags("k8s", ["train.py"], nnodes="2", nproc_per_node="8",
+                           gpus_per_node="0", image="img")
+    assert spec.gpus_per_node == 0 and spec.notes == ()
+    assert "--gpus-per-node 0 --nproc-per-node 8" in render_platform(spec).splitlines()[1]
+    assert infer_gpus(None, None, 0, 1)[1][0].startswith("--gpus-per-node not given: a CPU job")
+    assert infer_gpus("4", "2", 4, 2) == (4, ())
+
+
+# --- diagnosis: the plan's device, a node's own files ----------------------------------------
+
+CUDA_ON_CPU = "[rank0]: AttributeError: module 'torch._C' has no attribute '_cuda_setDevice'\n"
+
+
+@pytest.mark.parametrize("device, cause, fix", [
+    ("cpu", "meshrun planned a CPU run", "MESHRUN_BACKEND"),
+    ("cuda", "on a node where meshrun found GPUs", "install a CUDA build"),
+    (None, "either the node has no GPU", "on a GPU node, install a CUDA build")])
+def test_cuda_on_a_cpu_torch_follows_the_plan(device, cause, fix):
+    (found,) = diagnose_text(CUDA_ON_CPU, device=device)
+    assert found.code == "cuda-on-cpu-torch" and cause in found.cause and fix in found.fix
+
+
+def test_a_run_folder_gives_its_planned_device(tmp_path):
+    (tmp_path / "rank0.log").write_text(CUDA_ON_CPU.removeprefix("[rank0]: "))
+    (tmp_path / "plan.node0.json").write_text('{"device": "cpu"}')
+    from meshrun.diagnose import diagnose_files
+
+    (found,) = diagnose_files([tmp_path])
+    assert "meshrun planned a CPU run" in found.cause
+
+
+def test_an_earlier_diagnosis_in_the_log_is_not_evidence():
+    text = ("meshrun: diagnosis: rank 3 on vm: unknown failure — an error no signature knows: "
+            "RuntimeError: Numpy is not available; fix: read the traceback\n")
+    assert diagnose_text(text) == []
+
+
+def test_a_node_diagnoses_its_own_files_only(tmp_path):
+    from meshrun.bundle import node_logs
+
+    plan = make_plan({}, TWO, CPU_HOST)
+    plan = type(plan)(**{**plan.__dict__, "log_dir": str(tmp_path)})
+    for name in ("node0.log", "node1.log", "rank0.log", "rank1.log"):
+        (tmp_path / name).write_text("x\n")
+    assert [Path(p).name for p in node_logs(plan)] == ["node1.log", "rank1.log"]
