@@ -132,6 +132,8 @@ class Diagnosis:
     local_rank: int | None = None  # when only a local rank is known ([default3]: prefixes)
     summary: str = ""              # a few words: "CUDA out of memory"
     priority: int = UNKNOWN        # the code's tier (see TIERS); lower is reported first
+    #: the code names a cause (False: only an error class or a victim's view; see Signature)
+    names_cause: bool = True
 
     def __post_init__(self) -> None:
         if not _CODE_RE.match(self.code):
@@ -151,7 +153,7 @@ class Diagnosis:
         return {"code": self.code, "cause": self.cause, "fix": self.fix, "rank": self.rank,
                 "host": self.host, "line": self.line, "file": self.file,
                 "line_no": self.line_no, "local_rank": self.local_rank,
-                "summary": self.summary}
+                "summary": self.summary, "names_cause": self.names_cause}
 
 
 @dataclass(frozen=True)
@@ -191,6 +193,8 @@ class Hit:
     host: str | None
     following: tuple[str, ...]     # the next lines' texts (multi-line NCCL/CUDA messages)
     job: Any = None
+    device: str | None = None      # what meshrun planned for the run: "cpu", "cuda" or unknown
+    text: str = ""                 # the whole file the line is in (for causes that read more)
 
     def group(self, name: str, default: str | None = None) -> str | None:
         try:
@@ -229,6 +233,9 @@ class Signature:
     suppresses: tuple[str, ...] = ()
     expand: Callable[[Hit], list[tuple[int | None, str | None]]] | None = None
     worker_only: bool = False  # only lines a worker printed (a rank's), not meshrun's own
+    #: False for a code that names only the class of an error (NCCL's own error codes) or
+    #: what a victim sees (effects, advice): it says where to look, not what went wrong
+    names_cause: bool = True
     #: per pattern, a literal every match contains (see :func:`needle`); derived
     needles: tuple[str | None, ...] = field(init=False, repr=False, compare=False)
 
@@ -511,8 +518,12 @@ def _node_lost_cause(hit: Hit) -> str:
 
 
 def _module_cause(hit: Hit) -> str:
+    binary = re.search(r"of binary: (\S+)", hit.text)
+    ran = f" ({binary.group(1)})" if binary else ""
     return (f"Python module '{hit.group('mod')}' is not installed in the environment this "
-            "rank runs in (a different virtualenv, image or node)")
+            f"rank runs in{ran}: a different virtualenv, image or node than the one that has "
+            "it, or a launcher (torchrun, deepspeed) found on PATH that belongs to another "
+            "Python")
 
 
 def _abi_cause(hit: Hit) -> str:
@@ -541,6 +552,89 @@ def _dup_gpu_cause(hit: Hit) -> str:
     pair = f"ranks {hit.group('rank')} and {other}" if other else "two ranks"
     return (f"{pair} use the same GPU: the script never called torch.cuda.set_device(LOCAL_RANK) "
             "(every rank on cuda:0), or CUDA_VISIBLE_DEVICES gives every process the same GPU")
+
+
+def _unless_warning(tier: int) -> Callable[[Hit], int]:
+    """``tier``, or advice when the line is only a warning (torch warns at import that it
+    could not load numpy, and may run on without ever needing it)."""
+    def priority(hit: Hit) -> int:
+        return ADVICE if "Warning:" in hit.line else tier
+
+    priority.label = f"{TIERS[tier]} (advice in a warning)"  # type: ignore[attr-defined]
+    return priority
+
+
+def _ifname_cause(hit: Hit) -> str:
+    named = re.search(r"NCCL_SOCKET_IFNAME(?: set (?:by environment )?to |=)(\S+)", hit.text)
+    which = f"NCCL_SOCKET_IFNAME={named.group(1)}" if named else "NCCL_SOCKET_IFNAME"
+    return (f"NCCL found no network interface to bootstrap with: {which} names an interface "
+            "this node does not have (names differ between machines and images), or no "
+            "interface is up")
+
+
+def _bootstrap_cause(hit: Hit) -> str:
+    used = re.search(r"(?:Bootstrap : Using|OOB) (\w[\w.-]*):(\S+?)<", hit.text)
+    via = f" over {used.group(1)} ({used.group(2)})" if used else ""
+    warn = re.search(r"NCCL WARN (\S*(?:[Cc]onnect|socket|[Rr]ecv|[Ss]end)\S*.*)", hit.text)
+    said = f" (NCCL WARN {warn.group(1).strip()})" if warn else ""
+    return (f"NCCL's bootstrap could not connect its ranks{via}: the interface NCCL chose does "
+            "not connect the nodes (an IPoIB, docker, VPN or other virtual interface), or a "
+            f"firewall blocks the ports{said}")
+
+
+def _nccl_not_built_cause(hit: Hit) -> str:
+    if hit.device == "cpu":
+        return ("the script asks for the nccl backend, but meshrun planned a CPU run and this "
+                "torch has no NCCL (CPU-only builds, Windows and macOS never do)")
+    return ("the script asks for the nccl backend and this torch has no NCCL: a CPU-only "
+            "build, or a Windows or macOS build (NCCL exists only for Linux CUDA builds)")
+
+
+def _arch_cause(hit: Hit) -> str:
+    sm = hit.group("sm")
+    gpu = f"this GPU ({sm})" if sm else "this GPU"
+    return (f"{gpu} is not among the architectures this torch or a compiled extension was "
+            "built for: a newer GPU with an older build, or an extension compiled on another "
+            "GPU model")
+
+
+def _toolkit_cause(hit: Hit) -> str:
+    return (f"the CUDA toolkit on this node ({hit.group('sys')}) is not the one torch was built "
+            f"with ({hit.group('torch')}): extensions compiled here (DeepSpeed's ops, apex, "
+            "flash-attn) fail to build or load")
+
+
+def _download_cause(hit: Hit) -> str:
+    site = hit.group("site") or "the download host"
+    return (f"this node cannot reach {site}: compute nodes often have no internet access or "
+            "no DNS for outside names; the script tried to download a model, tokenizer or "
+            "dataset at start")
+
+
+def _cpu_torch_cause(hit: Hit) -> str:
+    if hit.device == "cpu":
+        return ("the script forces CUDA (torch.cuda.set_device, .cuda(), device='cuda' or "
+                "backend='nccl') but meshrun planned a CPU run: no GPU is visible on this node, "
+                "and this torch is a CPU-only build; the torch build is not the problem")
+    if hit.device == "cuda":
+        return ("this torch is a CPU-only build, on a node where meshrun found GPUs: the "
+                "environment the workers run in has the wrong torch")
+    return ("the script asked for CUDA and this torch is a CPU-only build: either the node has "
+            "no GPU and the script forces CUDA, or the node has GPUs and the wrong torch")
+
+
+def _cpu_torch_fix(hit: Hit) -> str:
+    follow = ("make the script follow the plan: device = torch.device('cuda', local_rank) if "
+              "torch.cuda.is_available() else torch.device('cpu'), backend = "
+              "os.environ['MESHRUN_BACKEND'] (gloo on CPU), or meshrun.init_distributed()")
+    build = ("install a CUDA build of torch in the environment meshrun runs from (pip install "
+             "torch --index-url https://download.pytorch.org/whl/cu124, or your platform's "
+             "image)")
+    if hit.device == "cpu":
+        return follow
+    if hit.device == "cuda":
+        return build
+    return f"{follow}; on a GPU node, {build}"
 
 
 def _port_cause(hit: Hit) -> str:
@@ -574,6 +668,137 @@ CATALOG: tuple[Signature, ...] = (
          "activate the same environment on every node; workers use meshrun's own interpreter",
          SETUP, "`ModuleNotFoundError: No module named 'torch'`",
          suppresses=("python-module-missing",)),
+    _sig("numpy-version-mismatch", "numpy too new for this torch",
+         [r"compiled using NumPy 1\.x cannot be run in",
+          r"_ARRAY_API not found"],
+         "numpy 2 is installed but this torch (or another extension) was built against numpy "
+         "1.x: torch cannot use numpy (\"Numpy is not available\", \"Failed to initialize "
+         "NumPy\"), and torch.distributed's object collectives fail",
+         "install a numpy the build supports (python -m pip install 'numpy<2'), or a torch "
+         "built for numpy 2 (torch >= 2.3); the same on every node",
+         _unless_warning(SETUP), "`A module that was compiled using NumPy 1.x cannot be run "
+         "in NumPy 2`, `_ARRAY_API not found` (advice only in a warning)",
+         suppresses=("numpy-missing",)),
+    _sig("numpy-missing", "numpy is not installed",
+         [r"RuntimeError: Numpy is not available", r"Failed to initialize NumPy",
+          r"No module named '?numpy'?(?:\s|$)"],
+         "torch cannot use numpy on this rank: numpy is not installed in the environment the "
+         "workers run in (torch's wheel does not depend on it), and torch.distributed's object "
+         "collectives (broadcast_object_list, all_gather_object), DataLoader collation of numpy "
+         "arrays and tensor.numpy() need it",
+         "install numpy in the environment meshrun runs from (python -m pip install numpy), on "
+         "every node; a package that needs it should declare it",
+         _unless_warning(SETUP), "`RuntimeError: Numpy is not available`, `Failed to "
+         "initialize NumPy`, `No module named 'numpy'` (advice only in torch's import "
+         "warning: the run may have failed of something else)",
+         suppresses=("python-module-missing",)),
+    _sig("cuda-on-cpu-torch", "CUDA asked of a CPU-only torch",
+         [r"module 'torch\._C' has no attribute '_cuda_\w+'",
+          r"Torch not compiled with CUDA enabled",
+          r"But your machine only has: \[\]"],
+         _cpu_torch_cause, _cpu_torch_fix,
+         SETUP, "`module 'torch._C' has no attribute '_cuda_setDevice'` (and other `_cuda_*`), "
+         "`Torch not compiled with CUDA enabled`; the cause and fix follow meshrun's plan (a "
+         "CPU run: the script forces CUDA; a GPU node: the torch build)",
+         suppresses=("cuda-init-failed",)),
+    _sig("nccl-not-built", "torch without NCCL",
+         [r"Distributed package doesn't have NCCL built in"],
+         _nccl_not_built_cause,
+         "use the gloo backend where there is no NCCL: backend=os.environ['MESHRUN_BACKEND'] "
+         "(meshrun sets gloo on CPU runs) or meshrun.init_distributed(); for GPUs, run on Linux "
+         "with a CUDA build of torch",
+         SETUP, "`Distributed package doesn't have NCCL built in`"),
+    _sig("gpu-arch-unsupported", "GPU too new (or old) for the build",
+         [r"with CUDA capability (?P<sm>sm_\d+) is not compatible with the current PyTorch",
+          r"no kernel image is available for execution on the device"],
+         _arch_cause,
+         "install a torch built for this GPU (Blackwell sm_120 needs the CUDA 12.8 wheels or "
+         "newer), and rebuild compiled extensions with TORCH_CUDA_ARCH_LIST naming every GPU "
+         "model the job runs on (e.g. 8.0;9.0)",
+         SETUP, "`with CUDA capability sm_N is not compatible with the current PyTorch "
+         "installation`, `no kernel image is available for execution on the device`",
+         suppresses=("nccl-unhandled-cuda-error", "cuda-illegal-memory-access")),
+    _sig("cuda-toolkit-mismatch", "CUDA toolkit differs from torch's",
+         [(r"Installed CUDA version (?P<sys>\S+) does not match the version torch was compiled "
+           r"with (?P<torch>[\d.]+)")],
+         _toolkit_cause,
+         "install the CUDA toolkit of torch's version and point CUDA_HOME at it (nvcc --version "
+         "must agree with torch.version.cuda), or use prebuilt ops/wheels (DeepSpeed: "
+         "DS_BUILD_OPS=0 and its JIT, or an image that has them)",
+         SETUP, "`Installed CUDA version X does not match the version torch was compiled with Y` "
+         "(DeepSpeed's and torch's extension builders)"),
+    _sig("fabric-manager-fault", "NVSwitch fabric manager fault",
+         [r"transport/nvls\.cc:\d+ NCCL WARN Cuda failure",
+          r"CUDA error: system not yet initialized"],
+         "the GPUs' NVSwitch fabric is not ready: on HGX/DGX systems (H100, H200, A100 with "
+         "NVSwitch) the fabric manager (nvidia-fabricmanager) is not running, or was restarted "
+         "without resetting the GPUs, so NCCL's NVLink SHARP set-up (or CUDA itself) fails",
+         "check systemctl status nvidia-fabricmanager on the node; start it, reset the GPUs "
+         "(nvidia-smi -r) or reboot the node; NCCL_NVLS_ENABLE=0 avoids NVLS meanwhile",
+         SETUP, "NCCL's `transport/nvls.cc: NCCL WARN Cuda failure ...`, `CUDA error: system not "
+         "yet initialized`",
+         suppresses=("nccl-unhandled-cuda-error", "nccl-internal-error", "cuda-init-failed")),
+    _sig("nccl-interface-not-found", "NCCL has no usable interface",
+         [r"no socket interface found",
+          r"with family \d+ is neither AF_INET\(2\) nor AF_INET6\(10\)"],
+         _ifname_cause,
+         "set NCCL_SOCKET_IFNAME to an interface this node has (ip -br addr), or unset it and "
+         "let meshrun choose per node (it names the interface holding the route to the master); "
+         "a leading '^' excludes names, '=' matches one exactly",
+         SETUP, "NCCL's `Bootstrap : no socket interface found`, `... is neither AF_INET(2) nor "
+         "AF_INET6(10)`", suppresses=("nccl-internal-error", "nccl-system-error")),
+    _sig("launcher-env-missing", "started without a launcher",
+         [r"environment variable (?P<var>[A-Z_]+) expected, but not set",
+          (r"KeyError: '(?P<var>RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|MASTER_ADDR|"
+           r"MASTER_PORT)'")],
+         lambda h: (f"the script reads {h.group('var')}, which a launcher sets for every process "
+                    "(torchrun, meshrun run), but it was started without one (python train.py), "
+                    "or the launcher's environment did not reach it"),
+         "start it through a launcher: meshrun run -- train.py (it sets RANK, LOCAL_RANK, "
+         "WORLD_SIZE, MASTER_ADDR and MASTER_PORT for every worker), or meshrun simulate to try "
+         "several nodes on one machine",
+         SETUP, "`environment variable MASTER_ADDR expected, but not set`, `KeyError: 'RANK'` "
+         "(and LOCAL_RANK, WORLD_SIZE, MASTER_PORT)"),
+    _sig("local-rank-argument", "--local-rank not accepted",
+         [r"unrecognized arguments: .*--local[-_]rank[= ]?\d*"],
+         "the launcher passed --local-rank=N (torch.distributed.launch since torch 2.0 writes it "
+         "with a dash) but the script's argparse only knows --local_rank, so every worker exits "
+         "with code 2",
+         "read the local rank from the environment (int(os.environ['LOCAL_RANK'])): meshrun and "
+         "torchrun set it and pass no argument; or declare both spellings: "
+         "parser.add_argument('--local-rank', '--local_rank', type=int)",
+         SETUP, "`error: unrecognized arguments: --local-rank=0`"),
+    _sig("script-crlf", "shell script with Windows line endings",
+         [r"\$'\\r': command not found", r"'\\r'\] exits with return code",
+          r"bad interpreter: .*\^M", r"\.sh: line \d+: --[\w-]+: command not found"],
+         "the launch script has Windows (CRLF) line endings, or a space after a line-ending "
+         "backslash: each continued line became its own command, so the launcher got a stray "
+         "'\\r' and the training flags never reached the script",
+         "convert the script to Unix line endings (dos2unix script.sh, or sed -i 's/\\r$//' "
+         "script.sh) and keep nothing after a line-ending backslash",
+         SETUP, "`$'\\r': command not found`, `'\\r'] exits with return code`, `script.sh: line "
+         "N: --flag: command not found`", suppresses=("python-module-missing",)),
+    _sig("hostname-lookup-failed", "`hostname -I` unsupported",
+         [r"Command '\['hostname -I'\]' returned non-zero exit status",
+          r"hostname: invalid option -- 'I'"],
+         "the launcher asked `hostname -I` for this node's address (DeepSpeed's MPI discovery "
+         "does) and this host's hostname command (GNU inetutils) has no -I option",
+         "give the master address yourself (MASTER_ADDR / --master_addr, meshrun's "
+         "--master-addr) so no discovery runs, or install the Debian/Ubuntu 'hostname' package "
+         "whose hostname knows -I",
+         SETUP, "`Command '['hostname -I']' returned non-zero exit status`, `hostname: invalid "
+         "option -- 'I'`"),
+    _sig("network-download-failed", "cannot reach the download host",
+         [r"Failed to resolve '(?P<site>[^']+)'",
+          r"HTTPSConnectionPool\(host='(?P<site>[^']+)', port=\d+\): Max retries exceeded",
+          r"We couldn't connect to '(?P<site>https?://[^']+)'"],
+         _download_cause,
+         "download the files beforehand to storage every node sees (huggingface-cli download "
+         "..., HF_HOME on a shared volume) and set HF_HUB_OFFLINE=1 (HF_DATASETS_OFFLINE=1) in "
+         "the job, or give the compute nodes a proxy",
+         SETUP, "`Failed to resolve 'huggingface.co'`, `HTTPSConnectionPool(...): Max retries "
+         "exceeded`, `We couldn't connect to 'https://huggingface.co'`",
+         suppresses=("master-dns-failure",)),
     _sig("worker-bad-input", "the job's input refused",
          [r"^meshrun: error: (?P<msg>.+?); fix: (?P<hint>.+)$"],
          lambda h: h.match["msg"], lambda h: h.match["hint"],
@@ -583,8 +808,10 @@ CATALOG: tuple[Signature, ...] = (
     _sig("python-module-missing", "a Python module is missing",
          [r"ModuleNotFoundError: No module named '(?P<mod>[\w.]+)'"],
          _module_cause,
-         "install it on every node (one image or one lock file for all nodes); meshrun's "
-         "preflight compares installed packages across nodes",
+         "start the launcher from the environment that has the module (python -m "
+         "torch.distributed.run, or meshrun from that environment: workers use meshrun's own "
+         "interpreter), or install it there; one image or lock file for every node (meshrun's "
+         "preflight compares installed packages across nodes)",
          SETUP, "`ModuleNotFoundError: No module named 'X'` for any other module"),
     _sig("torch-abi-mismatch", "extension built for another torch",
          [r"(?P<so>/\S+\.so)[^:]*: undefined symbol: (?P<sym>\S+)",
@@ -606,17 +833,14 @@ CATALOG: tuple[Signature, ...] = (
          [r"No CUDA GPUs are available", r"no CUDA-capable device is detected",
           r"Found no NVIDIA driver on your system", r"CUDA driver initialization failed",
           r"CUDA-capable device\(s\) is/are busy or unavailable",
-          r"Torch not compiled with CUDA enabled"],
-         lambda h: ("this torch is a CPU-only build" if "not compiled" in h.match.group(0) else
-                    "CUDA could not start on this node: no GPU visible to the process "
-                    "(CUDA_VISIBLE_DEVICES empty or wrong, a container without --gpus), no "
-                    "driver, or GPUs held in exclusive mode by another process"),
-         lambda h: ("install a CUDA build of torch on this node" if "not compiled" in
-                    h.match.group(0) else
-                    "check nvidia-smi on the node and CUDA_VISIBLE_DEVICES in the rank's "
-                    "environment; in Docker pass --gpus all; let meshrun set the devices"),
+          r"all CUDA-capable devices are busy or unavailable"],
+         "CUDA could not start on this node: no GPU visible to the process "
+         "(CUDA_VISIBLE_DEVICES empty or wrong, a container without --gpus), no "
+         "driver, or GPUs held in exclusive mode by another process",
+         "check nvidia-smi on the node and CUDA_VISIBLE_DEVICES in the rank's "
+         "environment; in Docker pass --gpus all; let meshrun set the devices",
          SETUP, "`No CUDA GPUs are available`, `no CUDA-capable device is detected`, `Found no "
-         "NVIDIA driver`, `busy or unavailable`, `Torch not compiled with CUDA enabled`"),
+         "NVIDIA driver`, `busy or unavailable`"),
     _sig("gpu-hardware-error", "GPU hardware error",
          [r"uncorrectable ECC error encountered", r"GPU has fallen off the bus",
           r"NVRM: Xid \((?P<pci>[^)]*)\): (?P<xid>\d+)", r"uncorrectable NVLink error"],
@@ -658,7 +882,11 @@ CATALOG: tuple[Signature, ...] = (
           r"resolution|No address associated with hostname)\)"),
           (r"socket\.gaierror: \[Errno -?\d+\] (?:Name or service not known|Temporary failure "
           r"in name resolution|nodename nor servname provided)"),
-          r"getaddrinfo failed"],
+          r"getaddrinfo failed",
+          r"host not found: (?:Name or service not known|Temporary failure in name resolution)",
+          r"TCPStore.*(?:Name or service not known|Temporary failure in name resolution)",
+          r"rendezvous.*(?:Name or service not known|Temporary failure in name resolution)",
+          r"MASTER_ADDR.*(?:Name or service not known|Temporary failure in name resolution)"],
          _dns_cause,
          _meshrun_fix("check the name on this node (getent hosts NAME); on Kubernetes check the "
                       "headless Service and the pod's subdomain; or pass node 0's IP address "
@@ -671,7 +899,8 @@ CATALOG: tuple[Signature, ...] = (
          suppresses=("rendezvous-connection-error", "master-unreachable")),
     _sig("address-family-mismatch", "IPv4/IPv6 mismatch",
          [r"gaierror: \[Errno -9\] Address family for hostname not supported",
-          r"(?:OSError|socket\.error): \[Errno 97\] Address family not supported by protocol"],
+          r"(?:OSError|socket\.error): \[Errno 97\] Address family not supported by protocol",
+          r"ss1\.ss_family == ss2\.ss_family\. \d+ vs \d+"],
          "the master address resolves only to IPv6 (or only IPv4) while the socket was opened "
          "for the other family",
          "pass an IPv4 address as --master-addr (or a name with an A record); for NCCL/Gloo set "
@@ -679,6 +908,18 @@ CATALOG: tuple[Signature, ...] = (
          SETUP, "`socket.gaierror: [Errno -9] Address family for hostname not supported`, "
          "`OSError: [Errno 97] Address family not supported by protocol` (not torch's warning "
          "with the same words, printed whenever it tries IPv6 first)"),
+    _sig("duplicate-rank", "two processes with one rank",
+         [r"initializing ddp: GLOBAL_RANK: (?P<rank>\d+), MEMBER: \d+/(?P<world>\d+)"],
+         lambda h: (f"two processes started as global rank {h.group('rank')} of "
+                    f"{h.group('world')}: the launcher started more processes than the script's "
+                    "world (SLURM --nodes/--ntasks-per-node not matching the Trainer's num_nodes "
+                    "x devices, or srun around a launcher that starts its own processes), so "
+                    "the ranks collide and the job hangs or fails"),
+         "start one task per device with SLURM (--nodes=N --ntasks-per-node=devices) and the "
+         "same num_nodes/devices in the Trainer, or one meshrun per node (meshrun render slurm "
+         "writes it)",
+         SETUP, "Lightning's `initializing ddp: GLOBAL_RANK: r, MEMBER: k/N` printed twice for "
+         "one rank", confirm=r"GLOBAL_RANK: {rank}, MEMBER: [\s\S]*GLOBAL_RANK: {rank}, MEMBER: "),
     _sig("duplicate-node-rank", "two nodes with one rank",
          [(r"meshrun: error: node rank (?P<node>\d+) is already taken by (?P<holder>.+?): two "
           r"nodes were given the same rank")],
@@ -715,6 +956,7 @@ CATALOG: tuple[Signature, ...] = (
          "out of memory`, `CUBLAS_STATUS_ALLOC_FAILED`"),
     _sig("host-oom-killed", "killed (host out of memory)",
          [r"Signal 9 \(SIGKILL\) received by PID", r"^\s*exitcode\s*:\s*-9 \(pid",
+          r"failed \(exitcode: -9\) local_rank", r"exits with return code = -9\b",
           _killed_by("SIGKILL"), r"Out of memory: Kill(?:ed)? process (?P<pid>\d+)",
           r"Memory cgroup out of memory", r"\boom-kill(?:er)?\b", r"^Killed$",
           r"is killed by signal: Killed"],
@@ -730,18 +972,32 @@ CATALOG: tuple[Signature, ...] = (
          [r"unable to write to file </torch_\w+>", r"insufficient shared memory \(shm\)",
           r"out of shared memory", r"Signal 7 \(SIGBUS\) received by PID",
           r"^\s*exitcode\s*:\s*-7 \(pid", _killed_by("SIGBUS"), r"^Bus error\b",
+          r"failed \(exitcode: -7\) local_rank", r"exits with return code = -7\b",
+
           r"Error while creating shared memory segment", (r"unable to (?:open|allocate) shared "
           r"memory")],
-         "/dev/shm is too small for the DataLoader workers (or NCCL's shared-memory transport): "
+         "/dev/shm is too small for the DataLoader workers, their semaphores, or NCCL's "
+         "shared-memory transport: "
          "containers get 64 MB by default",
          "run the container with --ipc=host or --shm-size=16g (Kubernetes: an emptyDir with "
          "medium: Memory mounted at /dev/shm), or use fewer DataLoader workers",
          FAULT, "`unable to write to file </torch_...>`, `insufficient shared memory (shm)`, "
          "SIGBUS / `Bus error`, NCCL's `Error while creating shared memory segment`",
-         suppresses=("disk-full",)),
+         suppresses=("disk-full", "nccl-system-error")),
+    # Semaphores and shared tensors live in /dev/shm: "No space left on device" from a
+    # multiprocessing lock or a /dev/shm path is the container's shm, not the disk.
+    _sig("shm-too-small", "shared memory too small",
+         [r"No space left on device"],
+         "/dev/shm is full: the DataLoader workers' semaphores and shared tensors live there, "
+         "and containers get 64 MB by default (the disk itself may have room)",
+         "run the container with --ipc=host or --shm-size=16g (Kubernetes: an emptyDir with "
+         "medium: Memory mounted at /dev/shm), or use fewer DataLoader workers",
+         FAULT, "`No space left on device` in a file that shows `SemLock` or `/dev/shm`",
+         confirm=r"SemLock|/dev/shm", suppresses=("disk-full",)),
     _sig("disk-full", "disk full",
          [r"\[Errno 28\] No space left on device: '(?P<path>[^']+)'", r"No space left on device",
-          r"Disk quota exceeded", r"\[Errno 122\]"],
+          r"Disk quota exceeded", r"\[Errno 122\]",
+          r"write\(\): fd \d+ failed with (?:Input/output error|No space left)"],
          _space_cause,
          "free space or write checkpoints elsewhere (--checkpoint-dir on a larger filesystem); "
          "keep fewer checkpoints; check df -h and quotas on every node",
@@ -755,6 +1011,7 @@ CATALOG: tuple[Signature, ...] = (
          FAULT, "`Too many open files`, `[Errno 24]`, `received 0 items of ancdata`"),
     _sig("segfault", "segmentation fault",
          [r"Signal 11 \(SIGSEGV\) received by PID", r"^\s*exitcode\s*:\s*-11 \(pid",
+          r"failed \(exitcode: -11\) local_rank", r"exits with return code = -11\b",
           _killed_by("SIGSEGV"), r"Segmentation fault", r"Fatal Python error: Segmentation"],
          "the process crashed in native code (a CUDA/C++ extension, a driver, or mismatched "
          "library versions)",
@@ -785,7 +1042,7 @@ CATALOG: tuple[Signature, ...] = (
          "batch.to(device)) with device = cuda:LOCAL_RANK (meshrun.init_distributed().device)",
          FAULT, "`Expected all tensors to be on the same device`"),
     _sig("pg-not-initialized", "process group not initialized",
-         [r"Default process group has not been initialized"],
+         [r"Default process group (?:has not been|is not) initialized"],
          "the script used torch.distributed (a collective, DDP, a distributed sampler) before "
          "creating the process group",
          "call meshrun.init_distributed() (or torch.distributed.init_process_group("
@@ -797,7 +1054,15 @@ CATALOG: tuple[Signature, ...] = (
                     "CUDA mismatch, a GPU fault)" + _nccl_last_error(h)),
          "read NCCL's last error: 'out of memory' means the GPU was full (see cuda-oom), "
          "'invalid argument'/'unknown error' point to the driver or a GPU fault; " + _NCCL_DEBUG,
-         FAULT, "`ncclUnhandledCudaError`, `unhandled cuda error`"),
+         FAULT, "`ncclUnhandledCudaError`, `unhandled cuda error`", names_cause=False),
+    _sig("nccl-bootstrap-failed", "NCCL bootstrap could not connect",
+         [r"NCCL INFO bootstrap\.cc:\d+ -> 2\b"],
+         _bootstrap_cause,
+         "set NCCL_SOCKET_IFNAME to the interface that connects the nodes (meshrun sets it per "
+         "node from the route to the master; check the plan's env rows), and open the ports "
+         "between the nodes; " + _NCCL_DEBUG,
+         FAULT, "NCCL's `bootstrap.cc:N -> 2` (a system error in its TCP bootstrap)",
+         suppresses=("nccl-system-error", "nccl-internal-error")),
     _sig("nccl-system-error", "NCCL system error",
          [r"ncclSystemError\b", r"unhandled system error",
           (r"NCCL WARN (?:Net|socket\w*|Call to connect)\b.*(?:Connection refused|No route to "
@@ -807,7 +1072,8 @@ CATALOG: tuple[Signature, ...] = (
                     "/dev/shm in a container" + _nccl_detail(h)),
          "set NCCL_SOCKET_IFNAME to the interface that connects the nodes (e.g. ib0, eth0), "
          "open the ports between the nodes, use --ipc=host in Docker; " + _NCCL_DEBUG,
-         FAULT, "`ncclSystemError`, `unhandled system error`, NCCL WARN socket connect failures"),
+         FAULT, "`ncclSystemError`, `unhandled system error`, NCCL WARN socket connect failures",
+         names_cause=False),
     _sig("nccl-internal-error", "NCCL internal error",
          [r"ncclInternalError\b", r"internal error - please report this issue to the NCCL"],
          lambda h: ("NCCL failed internally on this rank: usually a peer that disappeared in "
@@ -815,14 +1081,15 @@ CATALOG: tuple[Signature, ...] = (
                     + _nccl_last_error(h)),
          "check the other ranks' logs for a failure first, and that every node has the same "
          "torch/NCCL (meshrun's preflight compares them); " + _NCCL_DEBUG,
-         FAULT, "`ncclInternalError`"),
+         FAULT, "`ncclInternalError`", names_cause=False),
     _sig("nccl-invalid-usage", "NCCL invalid usage",
-         [r"ncclInvalidUsage\b", r"invalid usage \(run with NCCL_DEBUG"],
+         [r"ncclInvalidUsage\b", r"invalid usage \(run with NCCL_DEBUG",
+          r"NCCL error in: \S+, invalid usage"],
          lambda h: ("NCCL rejected how it was called: mismatched collectives between ranks, a "
                     "wrong device, or ranks on the same GPU" + _nccl_last_error(h)),
          "make every rank call the same collectives in the same order on its own GPU; "
          + _NCCL_DEBUG,
-         FAULT, "`ncclInvalidUsage`"),
+         FAULT, "`ncclInvalidUsage`", names_cause=False),
     _sig("ib-transport-error", "InfiniBand transport error",
          [r"NET/IB ?: Got completion from peer (?P<peer>\S+) with (?:status=|error )(?P<err>\d+)",
           r"\bIBV_WC_\w+_ERR\b"],
@@ -888,7 +1155,8 @@ CATALOG: tuple[Signature, ...] = (
           r"WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)[^)]*?(?:Timeout\(ms\)=(?P<timeout>"
           r"\d+))?\) ran for (?P<ran>\d+) milliseconds"),
           (r"(?:\[Rank (?P<rank>\d+)\] )?Work WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)"
-          r"[^)]*?(?:Timeout\(ms\)=(?P<timeout>\d+))?\) timed out in blocking wait")],
+          r"[^)]*?(?:Timeout\(ms\)=(?P<timeout>\d+))?\) timed out in blocking wait"),
+          r"Some NCCL operations have failed or timed out"],
          _watchdog_cause,
          _PEERS_FIRST + "; if a long step is expected (a checkpoint save, an evaluation on rank "
          "0 only), raise the process-group timeout (MESHRUN_PG_TIMEOUT seconds, or "
@@ -1167,6 +1435,9 @@ class _Found:
     suppresses: tuple[str, ...]
 
 
+_OWN_SUMMARY = ("meshrun: diagnosis: ", "meshrun diagnose: ")
+
+
 def _load(name: str, text: str) -> _File:
     base = os.path.basename(name)
     rank_m, node_m = _FILE_RANK.search(base), _FILE_NODE.search(base)
@@ -1178,6 +1449,8 @@ def _load(name: str, text: str) -> _File:
         line = _Line(no, raw, body, rank if rank is not None else handle.rank, local, host,
                      node if node is not None else handle.node, idx=no - 1)
         writer = (line.rank, line.local_rank, line.node)
+        if body.startswith(_OWN_SUMMARY):
+            line.skip = True  # an earlier diagnosis, printed into the log: not evidence
         if body.strip() == _TB_START:
             in_traceback[writer] = True
         elif in_traceback.get(writer):
@@ -1254,14 +1527,20 @@ def _confirmed(sig: Signature, found: re.Match, text: str) -> bool:
     return re.search(pattern, text) is not None
 
 
-def diagnose_text(text: str, *, name: str = "<text>", job: Any = None) -> list[Diagnosis]:
+def diagnose_text(text: str, *, name: str = "<text>", job: Any = None,
+                  device: str | None = None) -> list[Diagnosis]:
     """Diagnose one log text already in memory (see :func:`diagnose_files`)."""
-    return _diagnose([(name, text)], job)
+    return _diagnose([(name, text)], job, device)
 
 
-def diagnose_files(paths: Iterable[str | os.PathLike], *, job: Any = None) -> list[Diagnosis]:
+def diagnose_files(paths: Iterable[str | os.PathLike], *, job: Any = None,
+                   device: str | None = None) -> list[Diagnosis]:
     """Diagnose the logs of one run: files, or folders (their ``*.log`` files, not ``raw/``,
     nor the logs of an earlier run with the same id kept aside as ``<name>.<time>.log``).
+
+    ``device`` is what meshrun planned for the run ("cpu" or "cuda"); without it, a run
+    folder's ``plan.node<k>.json`` says. Some causes depend on it (a script forcing CUDA
+    on a CPU run is the script's fault, not the torch build's).
 
     Returns the diagnoses root cause first (see the module docstring). A path that does
     not exist or cannot be read raises :class:`~meshrun.errors.UsageError`.
@@ -1270,6 +1549,7 @@ def diagnose_files(paths: Iterable[str | os.PathLike], *, job: Any = None) -> li
     for path in paths:
         path = os.fspath(path)
         if os.path.isdir(path):
+            device = device or _planned_device(path)
             # this run's logs only: not those an earlier run with the same id left behind,
             # kept as <name>.<its time>[-n].log (meshrun.logs.keep_previous)
             inner = sorted(p for p in os.listdir(path)
@@ -1280,9 +1560,27 @@ def diagnose_files(paths: Iterable[str | os.PathLike], *, job: Any = None) -> li
             named.extend((os.path.join(path, p), _read(os.path.join(path, p))) for p in inner)
         else:
             named.append((path, _read(path)))
-    return _diagnose(named, job)
+    return _diagnose(named, job, device)
 
 
+def _planned_device(folder: str) -> str | None:
+    """The device a run folder's plan names (``plan.node<k>.json``), if any."""
+    import json
+
+    for name in sorted(os.listdir(folder)):
+        if name.startswith("plan.node") and name.endswith(".json") and \
+                not _KEPT_ASIDE_JSON.search(name):
+            try:
+                with open(os.path.join(folder, name)) as handle:
+                    device = json.load(handle).get("device")
+            except (OSError, ValueError, AttributeError):
+                continue
+            if device in ("cpu", "cuda"):
+                return device
+    return None
+
+
+_KEPT_ASIDE_JSON = re.compile(r"\.\d{8}-\d{6}(?:-\d+)?\.json$")
 _KEPT_ASIDE = re.compile(r"\.\d{8}-\d{6}(?:-\d+)?\.log$")
 
 
@@ -1299,7 +1597,8 @@ def _read(path: str) -> str:
                          subject="LOGFILE", hint="check the path and its permissions") from None
 
 
-def _diagnose(named: Sequence[tuple[str, str]], job: Any) -> list[Diagnosis]:
+def _diagnose(named: Sequence[tuple[str, str]], job: Any,
+              device: str | None = None) -> list[Diagnosis]:
     files = [_load(name, text) for name, text in named]
     rank_host, node_host, failed, first_error = _learn_hosts(files)
 
@@ -1324,7 +1623,8 @@ def _diagnose(named: Sequence[tuple[str, str]], job: Any) -> list[Diagnosis]:
                 named_rank = match.groupdict().get("rank")
                 rank = int(named_rank) if named_rank else line.rank
                 following = tuple(x.body for x in f.lines[li + 1:li + 6])
-                hit = Hit(match, line.body, rank, host_of(line, rank), following, job)
+                hit = Hit(match, line.body, rank, host_of(line, rank), following, job, device,
+                          f.text)
                 pairs = sig.expand(hit) if sig.expand else [(rank, None)]
                 for r, h in pairs:
                     named_host = match.groupdict().get("host")
@@ -1335,7 +1635,9 @@ def _diagnose(named: Sequence[tuple[str, str]], job: Any) -> list[Diagnosis]:
                         code=sig.code, cause=cause, fix=_text(sig.fix, hit), rank=r, host=host,
                         line=redact_text(line.raw.rstrip())[:MAX_LINE], file=f.name,
                         line_no=line.no, local_rank=line.local_rank if r is None else None,
-                        summary=sig.summary, priority=priority), (fi, li), sig.suppresses))
+                        summary=sig.summary, priority=priority,
+                        names_cause=sig.names_cause and priority < EFFECT),
+                        (fi, li), sig.suppresses))
 
     found = _drop_suppressed(found)
     found.extend(_unknowns(files, found, failed, first_error, rank_host, node_host))
@@ -1349,9 +1651,17 @@ def _same_place(a: Diagnosis, b: Diagnosis) -> bool:
 
 
 def _drop_suppressed(found: list[_Found]) -> list[_Found]:
-    return [f for f in found
-            if not any(f.diagnosis.code in g.suppresses and _same_place(f.diagnosis, g.diagnosis)
-                       for g in found if g is not f)]
+    found = [f for f in found
+             if not any(f.diagnosis.code in g.suppresses and _same_place(f.diagnosis, g.diagnosis)
+                        for g in found if g is not f)]
+    # A code seen on a rank says more than the same code seen without one on that host (the
+    # launcher's "failed (exitcode: -9) local_rank: 0" beside the rank's own report).
+    ranked = {(f.diagnosis.code, f.diagnosis.host) for f in found if f.diagnosis.rank is not None}
+    ranked_codes = {code for code, _ in ranked}
+    return [f for f in found if f.diagnosis.rank is not None or f.diagnosis.local_rank is not None
+            or f.diagnosis.code not in ranked_codes
+            or (f.diagnosis.host is not None and (f.diagnosis.code, f.diagnosis.host) not in ranked
+                and (f.diagnosis.code, None) not in ranked)]
 
 
 def _unknowns(files: Sequence[_File], found: Sequence[_Found], failed: set[int],
@@ -1438,12 +1748,14 @@ def _unknown(text: str, rank: int | None, host: str | None,
         fix=f"read the traceback around this line in {log}; if it is a launch or cluster "
             "problem, attach the run's log folder to a bug report",
         rank=rank, host=host, line=shown, file=name, line_no=line_no, summary="unknown failure",
-        priority=UNKNOWN), order, ())
+        priority=UNKNOWN, names_cause=False), order, ())
 
 
 def _dedupe(found: Sequence[_Found]) -> list[_Found]:
     kept: dict[tuple, _Found] = {}
-    for f in sorted(found, key=lambda x: x.order):
+    # the weightiest sighting of a code on a rank wins (an error over an earlier warning of the
+    # same kind), then the first
+    for f in sorted(found, key=lambda x: (x.diagnosis.priority, x.order)):
         d = f.diagnosis
         key = (d.code, d.rank) if d.rank is not None else (d.code, None, d.host, d.local_rank)
         if key not in kept:
@@ -1528,7 +1840,8 @@ def catalog_table(examples: Mapping[str, Diagnosis] | None = None) -> str:
     rows = ["| code | tier | matches | cause | fix |", "|---|---|---|---|---|"]
     for code in codes():
         sig = _BY_CODE[code]
-        tier = TIERS[sig.priority] if isinstance(sig.priority, int) else "setup or effect"
+        tier = (TIERS[sig.priority] if isinstance(sig.priority, int)
+                else getattr(sig.priority, "label", "setup or effect"))
         shown = []
         for value, attr in ((sig.cause, "cause"), (sig.fix, "fix")):
             if isinstance(value, str):
