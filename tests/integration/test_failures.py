@@ -166,6 +166,24 @@ def test_node_0_failing_stops_the_others_with_its_name_not_as_lost(tmp_path):
     assert done.returncode == 7, done.stderr[-2000:]     # the failed worker's own code
 
 
+def test_every_node_failing_ends_the_job_with_each_nodes_own_report(tmp_path):
+    """Every rank raises at once. Each node reports its own failure (exit 1, its rank, the
+    first error), nobody is called lost or blamed for the others, and the run is diagnosed
+    once. The nodes do not wait out each other's suspicion window: each counts itself in
+    meshrun/ended (bench/fail_fast.py times it against torchrun)."""
+    done = meshrun("simulate", "--nodes", "2", "--nproc-per-node", "1", "--run-id", "all",
+                   "--", str(SCRIPTS / "fail_at_once.py"), cwd=tmp_path, timeout=90)
+    out = done.stdout + done.stderr
+    assert done.returncode == 1, out[-3000:]
+    for k in (0, 1):
+        assert f"rank {k} on node {k} (" in out
+        assert f"first error: RuntimeError: rank {k} fails at once, on purpose" in out
+    assert "is lost" not in out and "failed and ends the job" not in out
+    assert "of binary" not in out  # torch's own duplicate of meshrun's report is left out
+    diagnoses = [line for line in out.splitlines() if line.startswith("meshrun: diagnosis:")]
+    assert len(diagnoses) == 1 and "ranks 0-1" in diagnoses[0], diagnoses
+
+
 FAKE_NODE = """
 import sys, time
 from datetime import timedelta

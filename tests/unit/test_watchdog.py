@@ -198,3 +198,18 @@ def test_watchdog_after_a_local_failure_leaves_another_node_failure_alone():
     _beat(master, 1.0)
     dog.stop("failed")
     assert events == []                        # its own failure is the story, not node 0's
+
+
+def test_ended_counts_each_node_once_and_all_ended_needs_every_node():
+    """Every node counts itself in meshrun/ended when its workers end (failed, done or
+    stopped): once all have, none was lost, and a failed node need not wait for a silence."""
+    master, dog, events = _store_and_dog()
+    dog.start()
+    _beat(master, 0.3)
+    dog.mark_ended()
+    dog.mark_ended()                           # a second call (stop() after a failure) is no-op
+    assert master.add("meshrun/ended", 0) == 1 and not dog.all_ended()
+    master.add("meshrun/ended", 1)             # node 0's workers end too
+    assert dog.all_ended()
+    dog.stop("failed")
+    assert master.add("meshrun/ended", 0) == 2 and events == []
