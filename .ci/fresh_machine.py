@@ -38,7 +38,8 @@ def readme_commands(readme: Path = ROOT / "README.md") -> list[str]:
     section = text.split("\n## Quick start", 1)
     if len(section) != 2:
         raise SystemExit("fresh_machine: README.md has no '## Quick start' section")
-    block = re.search(r"```bash\n(.*?)```", section[1], re.S)
+    quick_start = section[1].split("\n## ", 1)[0]  # up to the next section, not beyond
+    block = re.search(r"```bash\n(.*?)```", quick_start, re.S)
     if block is None:
         raise SystemExit("fresh_machine: the quick start has no ```bash block")
     commands = [line.strip() for line in block.group(1).splitlines()
@@ -52,8 +53,10 @@ def readme_commands(readme: Path = ROOT / "README.md") -> list[str]:
 def venv(where: Path) -> dict[str, str]:
     """An empty virtual environment; the environment that has it first on PATH."""
     subprocess.run([sys.executable, "-m", "venv", str(where)], check=True)
+    # Nothing may point the commands at another interpreter or install outside the venv.
     env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PIP_USER")}
+           if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHON", "PYTHONUSERBASE",
+                        "PIP_USER", "PIP_TARGET", "PIP_PREFIX", "PIP_ROOT")}
     env["VIRTUAL_ENV"] = str(where)
     env["PATH"] = f"{where / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     # Nothing from this machine's own site-packages may leak in (pyenv shims, user site).

@@ -67,9 +67,9 @@ def verdict(case: Case) -> tuple[str, str]:
     if not found:
         return "unnamed", "-"
     first = found[0]
-    if first.code == case.cause:
-        return "right", first.code
-    return ("wrong" if first.names_cause else "unnamed"), first.code
+    if not first.names_cause:  # an error class or a victim's view is never the cause
+        return "unnamed", first.code
+    return ("right" if first.code == case.cause else "wrong"), first.code
 
 
 def main() -> None:

@@ -65,12 +65,25 @@ def main() -> None:
     _die_with_parent()
     _stacks_on_sigusr1()
     mode, target, args = sys.argv[1], sys.argv[2], sys.argv[3:]
+    import atexit
+
+    # Registered first, so it runs last: after the script's own atexit handlers, and after
+    # Python has joined the script's non-daemon threads (an async checkpoint save, an upload).
+    atexit.register(_tear_down_if, _SUCCEEDED)
     try:
         _run(mode, target, args)
     except SystemExit as exc:
         if exc.code not in (None, 0):
             raise
-    _tear_down()
+    _SUCCEEDED.append(True)
+
+
+_SUCCEEDED: list = []
+
+
+def _tear_down_if(succeeded: list) -> None:
+    if succeeded:
+        _tear_down()
 
 
 def _run(mode: str, target: str, args: list[str]) -> None:
@@ -94,7 +107,9 @@ def _tear_down() -> None:
     shutdown to collect; a gloo worker thread that then wants the GIL is ended mid-C++ and
     the process aborts (``terminate called without an active exception``, exit 134) after
     training succeeded. Seen under plain torchrun too (2 of 8 runs of an HF Trainer script
-    on CPU). Collecting first, then destroying the group, ends those threads in order."""
+    on CPU). Collecting first, then destroying the group, ends those threads in order. It
+    runs as the last atexit handler: the script's threads are joined and its own handlers
+    have run, the interpreter is still whole."""
     import gc
 
     gc.collect()

@@ -554,6 +554,20 @@ def _dup_gpu_cause(hit: Hit) -> str:
             "(every rank on cuda:0), or CUDA_VISIBLE_DEVICES gives every process the same GPU")
 
 
+_RAISED = re.compile(r"^\s*(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception)\b")
+
+
+def _only_when_raised(tier: int) -> Callable[[Hit], int]:
+    """``tier`` on the line of an exception (``OSError: ...``, ``urllib3.exceptions.
+    NameResolutionError: ...``); advice on anything else: libraries log their retries
+    (``... thrown while requesting HEAD``) and go on from a cache."""
+    def priority(hit: Hit) -> int:
+        return tier if _RAISED.match(hit.line) else ADVICE
+
+    priority.label = f"{TIERS[tier]} (advice in a retry warning)"  # type: ignore[attr-defined]
+    return priority
+
+
 def _unless_warning(tier: int) -> Callable[[Hit], int]:
     """``tier``, or advice when the line is only a warning (torch warns at import that it
     could not load numpy, and may run on without ever needing it)."""
@@ -576,7 +590,8 @@ def _bootstrap_cause(hit: Hit) -> str:
     used = re.search(r"(?:Bootstrap : Using|OOB) (\w[\w.-]*):(\S+?)<", hit.text)
     via = f" over {used.group(1)} ({used.group(2)})" if used else ""
     warn = re.search(r"NCCL WARN (\S*(?:[Cc]onnect|socket|[Rr]ecv|[Ss]end)\S*.*)", hit.text)
-    said = f" (NCCL WARN {warn.group(1).strip()})" if warn else ""
+    said = (f" (NCCL WARN {warn.group(1).strip()})" if warn else
+            f" (NCCL: {hit.line.strip()})" if "Connect to" in hit.line else "")
     return (f"NCCL's bootstrap could not connect its ranks{via}: the interface NCCL chose does "
             "not connect the nodes (an IPoIB, docker, VPN or other virtual interface), or a "
             f"firewall blocks the ports{said}")
@@ -694,8 +709,7 @@ CATALOG: tuple[Signature, ...] = (
          suppresses=("python-module-missing",)),
     _sig("cuda-on-cpu-torch", "CUDA asked of a CPU-only torch",
          [r"module 'torch\._C' has no attribute '_cuda_\w+'",
-          r"Torch not compiled with CUDA enabled",
-          r"But your machine only has: \[\]"],
+          r"Torch not compiled with CUDA enabled"],
          _cpu_torch_cause, _cpu_torch_fix,
          SETUP, "`module 'torch._C' has no attribute '_cuda_setDevice'` (and other `_cuda_*`), "
          "`Torch not compiled with CUDA enabled`; the cause and fix follow meshrun's plan (a "
@@ -728,7 +742,8 @@ CATALOG: tuple[Signature, ...] = (
          SETUP, "`Installed CUDA version X does not match the version torch was compiled with Y` "
          "(DeepSpeed's and torch's extension builders)"),
     _sig("fabric-manager-fault", "NVSwitch fabric manager fault",
-         [r"transport/nvls\.cc:\d+ NCCL WARN Cuda failure",
+         [(r"transport/nvls\.cc:\d+ NCCL WARN Cuda failure (?:\d+ )?'(?:invalid argument|"
+           r"system not yet initialized|operation not supported)'"),
           r"CUDA error: system not yet initialized"],
          "the GPUs' NVSwitch fabric is not ready: on HGX/DGX systems (H100, H200, A100 with "
          "NVSwitch) the fabric manager (nvidia-fabricmanager) is not running, or was restarted "
@@ -760,7 +775,7 @@ CATALOG: tuple[Signature, ...] = (
          SETUP, "`environment variable MASTER_ADDR expected, but not set`, `KeyError: 'RANK'` "
          "(and LOCAL_RANK, WORLD_SIZE, MASTER_PORT)"),
     _sig("local-rank-argument", "--local-rank not accepted",
-         [r"unrecognized arguments: .*--local[-_]rank[= ]?\d*"],
+         [r"unrecognized arguments: .*--local[-_]rank(?:[= ]\d+|\s|$)"],
          "the launcher passed --local-rank=N (torch.distributed.launch since torch 2.0 writes it "
          "with a dash) but the script's argparse only knows --local_rank, so every worker exits "
          "with code 2",
@@ -796,8 +811,10 @@ CATALOG: tuple[Signature, ...] = (
          "download the files beforehand to storage every node sees (huggingface-cli download "
          "..., HF_HOME on a shared volume) and set HF_HUB_OFFLINE=1 (HF_DATASETS_OFFLINE=1) in "
          "the job, or give the compute nodes a proxy",
-         SETUP, "`Failed to resolve 'huggingface.co'`, `HTTPSConnectionPool(...): Max retries "
-         "exceeded`, `We couldn't connect to 'https://huggingface.co'`",
+         _only_when_raised(SETUP), "`Failed to resolve 'huggingface.co'`, "
+         "`HTTPSConnectionPool(...): Max retries exceeded`, `We couldn't connect to "
+         "'https://huggingface.co'`, on the exception that ended the rank (a retry warning "
+         "is advice)",
          suppresses=("master-dns-failure",)),
     _sig("worker-bad-input", "the job's input refused",
          [r"^meshrun: error: (?P<msg>.+?); fix: (?P<hint>.+)$"],
@@ -841,6 +858,18 @@ CATALOG: tuple[Signature, ...] = (
          "environment; in Docker pass --gpus all; let meshrun set the devices",
          SETUP, "`No CUDA GPUs are available`, `no CUDA-capable device is detected`, `Found no "
          "NVIDIA driver`, `busy or unavailable`"),
+    _sig("gpu-not-visible", "torch sees no GPU",
+         [r"But your machine only has: \[\]",
+          r"ProcessGroupNCCL is only supported with GPUs, no GPUs found"],
+         "the script asks for GPUs but torch sees none: this torch is a CPU-only build, or "
+         "CUDA cannot start here (no driver, a container without --gpus, "
+         "CUDA_VISIBLE_DEVICES empty); the message alone does not say which",
+         "python -c 'import torch; print(torch.version.cuda, torch.cuda.is_available())' in the "
+         "workers' environment: None means a CPU-only torch (install a CUDA build), False "
+         "with a version means the driver or the container (nvidia-smi, --gpus all); on a CPU "
+         "run make the script follow the plan (meshrun.init_distributed().device)",
+         SETUP, "Lightning's `You requested GPUs: [0] But your machine only has: []`, "
+         "`ProcessGroupNCCL is only supported with GPUs, no GPUs found`", names_cause=False),
     _sig("gpu-hardware-error", "GPU hardware error",
          [r"uncorrectable ECC error encountered", r"GPU has fallen off the bus",
           r"NVRM: Xid \((?P<pci>[^)]*)\): (?P<xid>\d+)", r"uncorrectable NVLink error"],
@@ -919,7 +948,9 @@ CATALOG: tuple[Signature, ...] = (
          "same num_nodes/devices in the Trainer, or one meshrun per node (meshrun render slurm "
          "writes it)",
          SETUP, "Lightning's `initializing ddp: GLOBAL_RANK: r, MEMBER: k/N` printed twice for "
-         "one rank", confirm=r"GLOBAL_RANK: {rank}, MEMBER: [\s\S]*GLOBAL_RANK: {rank}, MEMBER: "),
+         "one rank with no failure between (a restart announces it again)",
+         confirm=(r"GLOBAL_RANK: {rank}, MEMBER: (?:(?!Traceback|Error|restart|Restart)"
+                  r"[\s\S])*?GLOBAL_RANK: {rank}, MEMBER: ")),
     _sig("duplicate-node-rank", "two nodes with one rank",
          [(r"meshrun: error: node rank (?P<node>\d+) is already taken by (?P<holder>.+?): two "
           r"nodes were given the same rank")],
@@ -970,6 +1001,7 @@ CATALOG: tuple[Signature, ...] = (
          "by SIGKILL`, the kernel's `Out of memory: Killed process`, a bare `Killed`"),
     _sig("shm-too-small", "shared memory too small",
          [r"unable to write to file </torch_\w+>", r"insufficient shared memory \(shm\)",
+          r"No space left on device: '/dev/shm/",
           r"out of shared memory", r"Signal 7 \(SIGBUS\) received by PID",
           r"^\s*exitcode\s*:\s*-7 \(pid", _killed_by("SIGBUS"), r"^Bus error\b",
           r"failed \(exitcode: -7\) local_rank", r"exits with return code = -7\b",
@@ -987,13 +1019,14 @@ CATALOG: tuple[Signature, ...] = (
     # Semaphores and shared tensors live in /dev/shm: "No space left on device" from a
     # multiprocessing lock or a /dev/shm path is the container's shm, not the disk.
     _sig("shm-too-small", "shared memory too small",
-         [r"No space left on device"],
+         [r"No space left on device(?!: '(?!/dev/shm))"],
          "/dev/shm is full: the DataLoader workers' semaphores and shared tensors live there, "
          "and containers get 64 MB by default (the disk itself may have room)",
          "run the container with --ipc=host or --shm-size=16g (Kubernetes: an emptyDir with "
          "medium: Memory mounted at /dev/shm), or use fewer DataLoader workers",
-         FAULT, "`No space left on device` in a file that shows `SemLock` or `/dev/shm`",
-         confirm=r"SemLock|/dev/shm", suppresses=("disk-full",)),
+         FAULT, "`No space left on device` from a multiprocessing semaphore (`SemLock` in the "
+         "traceback), not naming a path outside /dev/shm",
+         confirm=r"_multiprocessing\.SemLock|SemLock\.__init__", suppresses=("disk-full",)),
     _sig("disk-full", "disk full",
          [r"\[Errno 28\] No space left on device: '(?P<path>[^']+)'", r"No space left on device",
           r"Disk quota exceeded", r"\[Errno 122\]",
@@ -1056,12 +1089,14 @@ CATALOG: tuple[Signature, ...] = (
          "'invalid argument'/'unknown error' point to the driver or a GPU fault; " + _NCCL_DEBUG,
          FAULT, "`ncclUnhandledCudaError`, `unhandled cuda error`", names_cause=False),
     _sig("nccl-bootstrap-failed", "NCCL bootstrap could not connect",
-         [r"NCCL INFO bootstrap\.cc:\d+ -> 2\b"],
+         [r"NCCL INFO bootstrap\.cc:\d+ -> 2\b",
+          r"socketStartConnect: Connect to (?P<peer>\S+) failed"],
          _bootstrap_cause,
          "set NCCL_SOCKET_IFNAME to the interface that connects the nodes (meshrun sets it per "
          "node from the route to the master; check the plan's env rows), and open the ports "
          "between the nodes; " + _NCCL_DEBUG,
-         FAULT, "NCCL's `bootstrap.cc:N -> 2` (a system error in its TCP bootstrap)",
+         FAULT, "NCCL's `bootstrap.cc:N -> 2` (a system error in its TCP bootstrap), "
+         "`socketStartConnect: Connect to ADDR failed`",
          suppresses=("nccl-system-error", "nccl-internal-error")),
     _sig("nccl-system-error", "NCCL system error",
          [r"ncclSystemError\b", r"unhandled system error",
@@ -1669,7 +1704,9 @@ def _unknowns(files: Sequence[_File], found: Sequence[_Found], failed: set[int],
               node_host: Mapping[int, str]) -> list[_Found]:
     """``unknown`` diagnoses: failed ranks that no signature explains, else one unexplained
     traceback (when nothing at all explains the failure)."""
-    explained = {f.diagnosis.rank for f in found}
+    # advice (torch's import warning that numpy is missing, a retry warning) does not explain
+    # why a rank failed: its own error still gets a diagnosis
+    explained = {f.diagnosis.rank for f in found if f.diagnosis.priority < ADVICE}
     roots: dict[int, tuple[WorkerFailure, int, int, int]] = {}
     for fi, f in enumerate(files):
         for failure, first, last in _parse_entries(f.lines):

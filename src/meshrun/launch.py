@@ -317,6 +317,7 @@ def _await_event(dog, supervision: Supervision, poll: float = 0.1):
     while time.monotonic() < deadline:
         if dog.event is not None:
             return dog.event
+        dog.mark_ended()  # again until it is counted (the store may have been reconnecting)
         if dog.all_ended() or dog.others_done():
             return None
         time.sleep(poll)

@@ -44,6 +44,7 @@ def keep_previous(path: str) -> str | None:
 
 _CHUNK_HEADER = re.compile(r"^\[rank(\d+)\]: ")
 _MAX_PARTIAL = 64 * 1024  # a worker's unfinished line held back at most this long
+_PROGRESS_EVERY = 1.0     # seconds between console echoes of one rank's redrawn progress line
 
 
 def settle(line: str) -> str:
@@ -62,17 +63,20 @@ class _Tee(io.TextIOBase):
     reads partial lines as they come (a progress bar without its newline): every piece gets
     the prefix, so one line would become ``[rank0]: 10%[rank0]: 20% ...``. The pieces of
     each rank are joined here and only whole lines go on, redrawn progress settled to what
-    a terminal would finally show. meshrun's own text passes as it is written."""
+    a terminal would finally show; while a progress bar is being redrawn, the console gets
+    its latest state once a second (the logs only the last one). meshrun's own text goes on
+    line by line too, so a worker's line never lands inside one of meshrun's."""
 
     def __init__(self, console: TextIO, router: "LogRouter") -> None:
         self._console = console
         self._router = router
         self._pending = ""
         self._partial: dict[int, str] = {}  # rank -> its unfinished line
+        self._echoed: dict[int, tuple[float, str]] = {}  # rank -> (when, what) shown live
 
     def write(self, text: str) -> int:
         with self._router.lock:
-            found = _CHUNK_HEADER.match(text) if not self._pending else None
+            found = _CHUNK_HEADER.match(text)  # only torch's tailer writes "[rankN]: " first
             if found:
                 self._worker_chunk(int(found.group(1)), text[found.end():])
             else:
@@ -80,18 +84,20 @@ class _Tee(io.TextIOBase):
         return len(text)
 
     def _own_text(self, text: str) -> None:
-        text = redact_text(_DOUBLE_PREFIX.sub(r"\1", text))  # no secret on screen or in logs
-        self._console.write(text)
         self._pending += text
         if "\n" in self._pending:
             *lines, self._pending = self._pending.split("\n")
             for line in lines:
+                line = redact_text(_DOUBLE_PREFIX.sub(r"\1", line))  # no secret shown or kept
+                self._console.write(line + "\n")
                 self._router.route(line)
 
     def _worker_chunk(self, rank: int, body: str) -> None:
         held = self._partial.pop(rank, "") + body
         if "\n" not in held and len(held) < _MAX_PARTIAL:
             self._partial[rank] = held
+            if "\r" in held:
+                self._echo_progress(rank, held)
             return
         *lines, rest = held.split("\n")
         if len(rest) >= _MAX_PARTIAL:
@@ -101,6 +107,15 @@ class _Tee(io.TextIOBase):
             self._partial[rank] = rest
         for line in lines:
             self._emit(rank, line)
+
+    def _echo_progress(self, rank: int, held: str) -> None:
+        """The console only: a redrawn line's latest state, at most once a second."""
+        now = time.monotonic()
+        when, shown = self._echoed.get(rank, (0.0, ""))
+        state = settle(held)
+        if state and state != shown and now - when >= _PROGRESS_EVERY:
+            self._console.write(redact_text(f"[rank{rank}]: {state}") + "\n")
+            self._echoed[rank] = (now, state)
 
     def _emit(self, rank: int, line: str) -> None:
         whole = redact_text(_DOUBLE_PREFIX.sub(r"\1", f"[rank{rank}]: {settle(line)}"))
@@ -113,7 +128,9 @@ class _Tee(io.TextIOBase):
             for rank in sorted(self._partial):
                 self._emit(rank, self._partial.pop(rank))
             if self._pending:
-                self._router.route(self._pending)
+                line = redact_text(self._pending)
+                self._console.write(line)
+                self._router.route(line)
                 self._pending = ""
 
     def flush(self) -> None:

@@ -94,13 +94,14 @@ def simulate(args: argparse.Namespace, cmd: Command, *, max_restarts: int = 0,
     env = node_env(os.environ)
     # Validate exactly as node 0 will, before anything starts (bad input -> exit 2 here).
     host = facts.collect(env)
-    plan = make_plan(env, Flags(nnodes=str(nodes), node_rank="0", master_addr="127.0.0.1",
-                                master_port=str(port), run_id=run_id,
-                                nproc_per_node=getattr(args, "nproc_per_node", None),
-                                log_dir=getattr(args, "log_dir", None),
-                                join_timeout=getattr(args, "join_timeout", None)),
-                     host, cmd, job, simulated_workers=nodes)
-    workers = nodes * plan.nproc_per_node
+    flags = Flags(nnodes=str(nodes), node_rank="0", master_addr="127.0.0.1",
+                  master_port=str(port), run_id=run_id,
+                  nproc_per_node=getattr(args, "nproc_per_node", None),
+                  log_dir=getattr(args, "log_dir", None),
+                  join_timeout=getattr(args, "join_timeout", None))
+    nproc = make_plan(env, flags, host, cmd, job, simulated_workers=nodes).nproc_per_node
+    workers = nodes * nproc
+    plan = make_plan(env, flags, host, cmd, job, simulated_workers=workers)  # node 0's
     threads = threads_for(env, plan.nproc_per_node, host.cpus, workers, nodes)
     share = (f"; {workers} workers share {host.cpus} CPUs: OMP_NUM_THREADS={threads.value}"
              if threads is not None else "")

@@ -54,7 +54,8 @@ def _wait(jid: str, env: dict, timeout: float) -> str:
 def test_rendered_sbatch_script_runs_two_nodes_with_the_right_ranks(slurm_cluster, tmp_path):
     spec = spec_from_flags(
         "slurm", [str(SCRIPTS / "report.py"), "--note", "two words", "$HOME"],
-        job_name="render-test", nnodes="2", nproc_per_node="2", cpus_per_node="2",
+        job_name="render-test", nnodes="2", nproc_per_node="2", gpus_per_node="0",
+        cpus_per_node="2",
         meshrun=f"{sys.executable} -m meshrun")
     script = tmp_path / "job.sbatch"
     script.write_text(render_slurm(spec))

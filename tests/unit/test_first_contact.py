@@ -153,13 +153,43 @@ def test_partial_worker_lines_are_joined_and_prefixed_once(tmp_path):
         tee.finish()
         router.close()
     shown = console.getvalue().splitlines()
-    assert shown == ["[rank1]: hello", "[rank0]: step 1 of 2", "[rank0]: 100%|##| 2/2",
-                     "[rank1]: Traceback (most recent call last):", "meshrun: own line",
-                     "[rank1]: no newline at the end"]
+    # the console also saw the bar's state while it was redrawn (" 10%|#"); the logs did not
+    assert shown == ["[rank1]: hello", "[rank0]: step 1 of 2", "[rank0]:  10%|#",
+                     "[rank0]: 100%|##| 2/2", "[rank1]: Traceback (most recent call last):",
+                     "meshrun: own line", "[rank1]: no newline at the end"]
     assert (tmp_path / "rank0.log").read_text() == "step 1 of 2\n100%|##| 2/2\n"
     assert (tmp_path / "rank1.log").read_text().splitlines() == [
         "hello", "Traceback (most recent call last):", "no newline at the end"]
     assert "[rank0]: step 1 of 2" in (tmp_path / "node0.log").read_text()
+
+
+def test_a_worker_line_never_lands_inside_meshruns_own(tmp_path):
+    """print() writes its text and its newline separately: a worker's line arriving between
+    them goes to the worker's log, whole, not into meshrun's line."""
+    router, tee, console = _router(tmp_path)
+    try:
+        tee.write("meshrun: waiting")
+        tee.write("[rank0]: a worker line\n")
+        tee.write("\n")
+    finally:
+        tee.finish()
+        router.close()
+    assert console.getvalue().splitlines() == ["[rank0]: a worker line", "meshrun: waiting"]
+    assert (tmp_path / "rank0.log").read_text() == "a worker line\n"
+    assert "meshrun: waiting\n" in (tmp_path / "node0.log").read_text()
+
+
+def test_a_redrawn_bar_reaches_the_console_at_most_once_a_second(tmp_path):
+    router, tee, console = _router(tmp_path)
+    try:
+        for pct in range(0, 100, 10):
+            tee.write(f"[rank0]: \r{pct:3d}%")  # ten redraws within a few microseconds
+        tee.write("[rank0]: \r100%\n")
+    finally:
+        tee.finish()
+        router.close()
+    assert console.getvalue().splitlines() == ["[rank0]:   0%", "[rank0]: 100%"]
+    assert (tmp_path / "rank0.log").read_text() == "100%\n"
 
 
 def test_a_secret_split_across_chunks_is_still_redacted(tmp_path):
