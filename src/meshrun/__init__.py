@@ -11,11 +11,11 @@ __all__ = ["__version__", "init_distributed", "progress"]
 
 def __getattr__(name: str):  # meshrun.init_distributed: imports meshrun.dist on first use
     if name == "init_distributed":
-        from .dist import init_distributed
+        from .worker.dist import init_distributed
 
         return init_distributed
     if name == "progress":  # meshrun.progress(step): no torch until the first report
-        from ._progress import progress
+        from .worker.progress import progress
 
         return progress
     raise AttributeError(f"module 'meshrun' has no attribute {name!r}")

@@ -281,7 +281,7 @@ def test_kill_during_a_checkpoint_save_keeps_the_previous_one_and_the_rerun_resu
     """Rank 1 dies (SIGKILL) while step-3 is being written: step-3 stays without .metadata,
     step-2 stays the newest complete checkpoint and loads bit for bit in the rerun, which
     replaces the partial step-3."""
-    from meshrun import checkpoint as ckpt
+    from meshrun.worker import checkpoint as ckpt
 
     folder = tmp_path / "ckpt"
     partial = folder / "step-3"
@@ -321,7 +321,7 @@ def _workers_under(pid: int) -> dict[int, int]:
             with open(f"/proc/{current}/environ", "rb") as handle:
                 env = dict(i.split(b"=", 1) for i in handle.read().split(b"\0") if b"=" in i)
             with open(f"/proc/{current}/cmdline", "rb") as handle:
-                worker = b"meshrun._worker" in handle.read()
+                worker = b"meshrun.worker.bootstrap" in handle.read()
         except OSError:
             continue
         if worker and b"RANK" in env:
@@ -334,7 +334,7 @@ def test_recipe_with_a_restart_resumes_from_the_newest_checkpoint_after_a_killed
     """mlp-tp on 2 nodes x 1, --max-restarts 1; rank 1 is SIGKILLed mid-run: every node's
     workers restart through the rendezvous, resume from the newest complete checkpoint
     (losing at most one checkpoint interval) and finish."""
-    from meshrun import checkpoint as ckpt
+    from meshrun.worker import checkpoint as ckpt
 
     interval, steps = 10, 120
     with open(tmp_path / "out", "w") as log:

@@ -22,8 +22,8 @@ NODES = (("mrnet-a", "ethA", "10.78.0.1"), ("mrnet-b", "ethB", "10.78.0.2"))
 MASTER = NODES[0][2]
 PROBE = """
 import json, sys
-from meshrun.netfacts import collect
-from meshrun.network import network_env
+from meshrun.facts.net import collect
+from meshrun.nccl.network import network_env
 facts = collect(sys.argv[1], 29500)
 policy = network_env(facts, nnodes=2, device="cuda", user_env={})
 print(json.dumps({"route_iface": facts.route_iface, "source": facts.route_source_addr,

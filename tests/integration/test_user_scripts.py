@@ -43,7 +43,7 @@ def need(module: str) -> None:
 # torchrun's own exit race (torch 2.13, gloo): a worker that leaves its process group to the
 # interpreter's shutdown can abort after training succeeded, and a node whose agent's store
 # went away first fails its exit barrier. Seen in 2 of 8 plain torchrun runs of the HF
-# script; meshrun's worker shim tears the group down first (meshrun._worker._tear_down).
+# script; meshrun's worker shim tears the group down first (meshrun.worker.bootstrap._tear_down).
 ANCHOR_EXIT_RACE = ("terminate called without an active exception",
                     "Connection was likely closed. Did the remote server shutdown or crash?")
 

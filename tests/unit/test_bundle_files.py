@@ -1,4 +1,4 @@
-"""meshrun.bundle: a rerun with the same run id keeps the earlier run's bundle files aside
+"""meshrun.reports.bundle: a rerun with the same run id keeps the earlier run's bundle files aside
 (``<name>.<mtime>.json``) and writes its own under the plain names; ``meshrun report``
 reads only the plain ``plan.node<k>.json``."""
 
@@ -12,10 +12,10 @@ from pathlib import Path
 
 from unit_fakes import plan as make_test_plan
 
-from meshrun.bundle import write_diagnosis, write_start
+from meshrun.reports.bundle import write_diagnosis, write_start
 from meshrun.plan import Command
-from meshrun.redact import REDACTED
-from meshrun.report import summarize
+from meshrun.reports.redact import REDACTED
+from meshrun.reports.report import summarize
 
 EARLIER = time.mktime((2024, 1, 2, 3, 4, 5, 0, 0, -1))   # an earlier run's files' mtime
 STAMP = time.strftime("%Y%m%d-%H%M%S", time.localtime(EARLIER))

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from meshrun.checkpoint import (
+from meshrun.worker.checkpoint import (
     Found,
     check_target,
     listing,
@@ -125,7 +125,7 @@ def test_listing_reads_folders_and_metadata(tmp_path):
 def test_removal_unmarks_a_checkpoint_before_deleting_its_shards(tmp_path, monkeypatch):
     """A removal cut short (here: rmtree dies at once) leaves an incomplete folder, never a
     complete-looking one with shards missing."""
-    from meshrun import checkpoint
+    from meshrun.worker import checkpoint
 
     folder = tmp_path / "step-4"
     folder.mkdir()
@@ -146,7 +146,7 @@ def test_removal_unmarks_a_checkpoint_before_deleting_its_shards(tmp_path, monke
 
 
 def test_removal_of_a_linked_checkpoint_drops_the_link_only(tmp_path):
-    from meshrun import checkpoint
+    from meshrun.worker import checkpoint
 
     kept = tmp_path / "archive" / "step-2"
     kept.mkdir(parents=True)
@@ -163,7 +163,7 @@ def test_removal_of_a_linked_checkpoint_drops_the_link_only(tmp_path):
 def test_rank0_file_errors_become_one_line(tmp_path):
     """Single process (no process group): rank 0's OSError is the one-line UsageError every
     rank would raise; its result is returned as is."""
-    from meshrun import checkpoint
+    from meshrun.worker import checkpoint
     from meshrun.errors import UsageError
 
     assert checkpoint._rank0_does(lambda: 7, str(tmp_path), "read it") == 7

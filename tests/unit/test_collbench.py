@@ -1,8 +1,8 @@
-"""meshrun.collbench's arithmetic: sizes, nccl-tests' bus bandwidth factors, transport parsing."""
+"""meshrun.worker.collbench's arithmetic: sizes, nccl-tests' bus bandwidth factors, transport parsing."""
 
 import pytest
 
-from meshrun.collbench import bus_factor, human, parse_size, sizes_between, transport_from_nccl_log
+from meshrun.worker.collbench import bus_factor, human, parse_size, sizes_between, transport_from_nccl_log
 
 
 def test_sizes():

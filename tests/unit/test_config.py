@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from meshrun.config import (
+from meshrun.job import (
     ALL_KEYS,
     ENV_VAR,
     JobConfig,
@@ -402,7 +402,7 @@ def test_examples_resolve_at_every_profiled_size(path):
 
 
 def test_import_does_not_import_torch():
-    done = subprocess.run([sys.executable, "-c", "import meshrun.config, sys; "
+    done = subprocess.run([sys.executable, "-c", "import meshrun.job, sys; "
                            "assert 'torch' not in sys.modules, 'torch imported'"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

@@ -16,7 +16,7 @@ from unit_fakes import CPU_HOST
 
 from meshrun.diagnose import diagnose_text
 from meshrun.facts import HostFacts
-from meshrun.logs import LogRouter, drop_empty_stacks, settle
+from meshrun.runtime.logs import LogRouter, drop_empty_stacks, settle
 from meshrun.plan import describe, make_plan, rank_span, ranks_phrase, threads_for
 from meshrun.render.spec import infer_gpus, render_platform, spec_from_flags
 from meshrun.topology import Flags
@@ -218,7 +218,7 @@ def test_empty_stack_files_go_and_a_dump_stays(tmp_path):
 
 
 def test_torchs_agent_lines_that_meshrun_says_itself_are_dropped():
-    from meshrun.launch import _quiet_agent_lines
+    from meshrun.runtime.launch import _quiet_agent_lines
 
     _quiet_agent_lines()
     _quiet_agent_lines()  # once only
@@ -283,7 +283,7 @@ def test_an_earlier_diagnosis_in_the_log_is_not_evidence():
 
 
 def test_a_node_diagnoses_its_own_files_only(tmp_path):
-    from meshrun.bundle import node_logs
+    from meshrun.reports.bundle import node_logs
 
     plan = make_plan({}, TWO, CPU_HOST)
     plan = type(plan)(**{**plan.__dict__, "log_dir": str(tmp_path)})

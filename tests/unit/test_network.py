@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from meshrun.netfacts import (
+from meshrun.facts.net import (
     Gid,
     IbPort,
     Interface,
@@ -32,7 +32,7 @@ from meshrun.netfacts import (
     read_sysfs,
     route_source,
 )
-from meshrun.network import (
+from meshrun.nccl.network import (
     LINT_CODES,
     Finding,
     choose_socket_iface,
@@ -269,7 +269,7 @@ def test_source_address_nobody_holds(tmp_path):
 
 
 def test_importing_the_network_modules_does_not_import_torch():
-    code = ("import sys, meshrun.netfacts, meshrun.network; "
+    code = ("import sys, meshrun.facts.net, meshrun.nccl.network; "
             "sys.exit('torch' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
 

@@ -2,8 +2,8 @@
 
 import subprocess
 
-from meshrun import preflight
-from meshrun.preflight import compare, mismatch_table, summary
+from meshrun.runtime import preflight
+from meshrun.runtime.preflight import compare, mismatch_table, summary
 
 
 def fp(**over):

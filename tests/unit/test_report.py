@@ -8,7 +8,7 @@ import pytest
 
 from meshrun.cli import main
 from meshrun.errors import UsageError
-from meshrun.report import render_text, report, summarize
+from meshrun.reports.report import render_text, report, summarize
 
 
 def run_dir(root, name, *, world, nnodes, rates, recipe="mlp-tp", batch=64, device="cuda",

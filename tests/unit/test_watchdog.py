@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from meshrun.watchdog import (
+from meshrun.runtime.watchdog import (
     BoundedStore,
     hang_line,
     in_collective,
@@ -137,7 +137,7 @@ def _store_and_dog(**kw):
 
     from torch.distributed import TCPStore
 
-    from meshrun.watchdog import Watchdog
+    from meshrun.runtime.watchdog import Watchdog
 
     master = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
                       timeout=timedelta(seconds=5))
@@ -158,7 +158,7 @@ def _beat(master, seconds: float) -> None:
 
 
 def test_watchdog_connects_again_when_its_first_try_failed(monkeypatch):
-    from meshrun.watchdog import Watchdog
+    from meshrun.runtime.watchdog import Watchdog
 
     master, dog, events = _store_and_dog()
     real, tries = Watchdog._connect, []

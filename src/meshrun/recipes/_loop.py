@@ -48,9 +48,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from .. import checkpoint as ckpt
-from .._progress import progress
-from ..dist import RankInfo
+from ..worker import checkpoint as ckpt
+from ..worker.progress import progress
+from ..worker.dist import RankInfo
 from ..errors import MeshrunError, UsageError
 from ._job import Job, parse_peak_flops
 

@@ -40,7 +40,7 @@ import os
 import torch
 from torch import nn
 
-from ..dist import init_distributed
+from ..worker.dist import init_distributed
 from . import _job, _loop, _models
 from .mlp_tp import sample_seed
 
@@ -126,7 +126,7 @@ def psnr(mse: float) -> float:
 def main() -> None:
     from torch.distributed.device_mesh import init_device_mesh
 
-    from ..dist import read_env
+    from ..worker.dist import read_env
 
     world = read_env(os.environ).world_size
     job = _job.load(RECIPE, os.environ, world)

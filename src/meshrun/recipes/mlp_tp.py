@@ -41,7 +41,7 @@ import os
 import torch
 from torch import nn
 
-from ..dist import init_distributed
+from ..worker.dist import init_distributed
 from . import _job, _loop, _models
 
 RECIPE = "mlp-tp"
@@ -139,7 +139,7 @@ def parallelize(model: MLP, mesh, job: _job.Job) -> MLP:
 def main() -> None:
     from torch.distributed.device_mesh import init_device_mesh
 
-    from ..dist import read_env
+    from ..worker.dist import read_env
 
     # Config first: a bad one stops every rank before any process group exists.
     world = read_env(os.environ).world_size

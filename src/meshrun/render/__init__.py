@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UsageError
-from ..plan import LaunchPlan
+from ..plan.planner import LaunchPlan
 
 __all__ = [
     "SEED_004_TRAIN",

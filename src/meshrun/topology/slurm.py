@@ -12,8 +12,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..errors import UsageError
-from .base import (Claims, HostInfo, Sourced, derived_port, expand_hostlist,
-                   expand_tasks_per_node, first_of, read_int)
+from .base import (
+    Claims,
+    HostInfo,
+    Sourced,
+    derived_port,
+    expand_hostlist,
+    expand_tasks_per_node,
+    first_of,
+    read_int,
+)
 
 
 def detect(env: Mapping[str, str], host: HostInfo) -> Claims | None:

@@ -1,4 +1,4 @@
-"""Train a small FSDP2 model and save DCP checkpoints with meshrun.checkpoint; optionally die
+"""Train a small FSDP2 model and save DCP checkpoints with meshrun.worker.checkpoint; optionally die
 in the middle of a save.
 
 Env: CKPT_DIR (the checkpoint folder), STEPS (train to this step), SAVE_AT (comma-separated
@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import fully_shard
 
-from meshrun import checkpoint as ckpt
+from meshrun.worker import checkpoint as ckpt
 
 dist.init_process_group("gloo")
 rank = dist.get_rank()

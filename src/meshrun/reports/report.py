@@ -34,7 +34,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .errors import UsageError
+from ..errors import UsageError
 
 _PLAN = re.compile(r"^plan\.node(\d+)\.json$")
 

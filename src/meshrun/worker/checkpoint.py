@@ -50,7 +50,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import UsageError
+from ..errors import UsageError
 
 METADATA = ".metadata"
 _STEP_DIR = re.compile(r"^step-(0|[1-9][0-9]*)$")  # canonical names only: step-12, not step-012

@@ -20,9 +20,9 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 
-from . import __version__
-from .errors import MeshrunError, UsageError
-from .topology import Flags
+from .. import __version__
+from ..errors import MeshrunError, UsageError
+from ..topology import Flags
 
 NODE_FLAGS = {
     "--nnodes": "number of nodes (machines) in the job",
@@ -75,7 +75,7 @@ def _watch_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _supervision(args: argparse.Namespace):
-    from .launch import Supervision
+    from ..runtime.launch import Supervision
 
     values = {}
     for name, minimum in (("node_timeout", 2), ("hang_timeout", 0)):
@@ -325,7 +325,7 @@ def _exit_if_stuck(code: int) -> int:
 
 
 def _dispatch(args: argparse.Namespace, command: list[str] | None, is_module: bool) -> int:
-    from .plan import Command
+    from ..plan.planner import Command
 
     cmd = None
     if command:
@@ -337,7 +337,7 @@ def _dispatch(args: argparse.Namespace, command: list[str] | None, is_module: bo
     if args.verb == "diagnose":
         return _diagnose(args, command)
     if args.verb == "report":
-        from .report import render_text, report
+        from ..reports.report import render_text, report
 
         found = report(command or [], baseline=args.baseline)
         print(json.dumps(found.to_json(), indent=2) if args.json else render_text(found))
@@ -352,7 +352,7 @@ def _dispatch(args: argparse.Namespace, command: list[str] | None, is_module: bo
                          hint=f"meshrun {args.verb} [flags] -- train.py [ARGS...] "
                               "(or -m package.module)")
     if args.verb == "run":
-        from .launch import run
+        from ..runtime.launch import run
 
         plan = make_plan_here(args, cmd, job)
         check_command(cmd)
@@ -362,7 +362,7 @@ def _dispatch(args: argparse.Namespace, command: list[str] | None, is_module: bo
                    preflight=not args.no_preflight, require_paths=tuple(args.require_path),
                    supervision=_supervision(args))
     if args.verb == "simulate":
-        from .simulate import simulate
+        from ..runtime.simulate import simulate
 
         check_command(cmd)
         check_worker_env(os.environ)
@@ -371,10 +371,10 @@ def _dispatch(args: argparse.Namespace, command: list[str] | None, is_module: bo
 
 
 def _bench(args: argparse.Namespace, cmd) -> int:
-    """``meshrun bench`` / ``simulate --bench``: run meshrun.collbench as the workers' command."""
-    from .collbench import sizes_between
-    from .plan import Command
-    from .topology.base import parse_int
+    """``meshrun bench`` / ``simulate --bench``: run meshrun.worker.collbench as the workers' command."""
+    from ..worker.collbench import sizes_between
+    from ..plan.planner import Command
+    from ..topology.base import parse_int
 
     if cmd is not None:
         raise UsageError(f"'meshrun {args.verb}' with --bench runs its own workers, not "
@@ -385,21 +385,21 @@ def _bench(args: argparse.Namespace, cmd) -> int:
     except ValueError as exc:
         raise UsageError(str(exc), subject="--sizes", hint="e.g. --sizes 1K:1G") from None
     iters = parse_int(args.iters, "--iters", minimum=1)
-    bench_cmd = Command("meshrun.collbench", ("--sizes", args.sizes, "--iters", str(iters)),
+    bench_cmd = Command("meshrun.worker.collbench", ("--sizes", args.sizes, "--iters", str(iters)),
                         module=True)
     real_stdout = sys.stdout
     if args.json:  # everything but the JSON goes to stderr
         sys.stdout = sys.stderr
     try:
         if args.verb == "simulate":
-            from .simulate import simulate
+            from ..runtime.simulate import simulate
 
             run_id = args.run_id or f"bench-{os.getpid()}"
             args.run_id = run_id
             log_dir = os.path.join(args.log_dir or "logs", run_id)
             code = simulate(args, bench_cmd, max_restarts=0)
         else:
-            from .launch import run
+            from ..runtime.launch import run
 
             plan = make_plan_here(args, bench_cmd)
             if plan.device == "cuda":
@@ -420,8 +420,8 @@ def _bench(args: argparse.Namespace, cmd) -> int:
 
 def _render(args: argparse.Namespace, command: list[str] | None, is_module: bool) -> int:
     """``meshrun render TARGET``: plan-based (accelerate, deepspeed) or spec-based (platforms)."""
-    from . import render
-    from .render import spec as platform
+    from .. import render
+    from ..render import spec as platform
 
     if args.target in render.TARGETS:
         text = _render_hf(args, command, is_module)
@@ -467,8 +467,8 @@ def _render(args: argparse.Namespace, command: list[str] | None, is_module: bool
 
 
 def _render_hf(args: argparse.Namespace, command: list[str] | None, is_module: bool) -> str:
-    from . import render
-    from .plan import Command
+    from .. import render
+    from ..plan.planner import Command
 
     cmd = (Command(command[0], tuple(command[1:]), is_module) if command else None)
     job, cmd = job_input(args, cmd)
@@ -495,7 +495,7 @@ def _render_hf(args: argparse.Namespace, command: list[str] | None, is_module: b
 
 
 def _read_deepspeed(path: str, plan, job_dict) -> None:
-    from .render.deepspeed import check_deepspeed_config
+    from ..render.deepspeed import check_deepspeed_config
 
     try:
         with open(path) as handle:
@@ -511,14 +511,15 @@ def _read_deepspeed(path: str, plan, job_dict) -> None:
 
 
 def _diagnose(args: argparse.Namespace, paths: list[str] | None) -> int:
-    from .diagnose import diagnose_files, render_text, to_json
+    from ..diagnose.engine import diagnose_files, render_text, to_json
 
     if not paths:
         raise UsageError("'meshrun diagnose' needs log files or a run's log folder",
                          hint="meshrun diagnose logs/<run-id>  (or: meshrun diagnose a.log b.log)")
     job = None
     if args.config or args.set or args.recipe:
-        from . import config, recipes
+        from ..job import config
+        from .. import recipes
 
         file_data = config.load_file(args.config) if args.config else None
         sets = config.parse_sets(args.set) if args.set else {}
@@ -540,14 +541,14 @@ def _diagnose(args: argparse.Namespace, paths: list[str] | None) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from . import doctor
-    from .errors import EXIT_STARTUP
+    from ..runtime import doctor
+    from ..errors import EXIT_STARTUP
 
     plan = make_plan_here(args, None)
     checks = doctor.local_checks(plan, dict(os.environ), checkpoint_dir=args.checkpoint_dir)
     if args.all_nodes and plan.nnodes > 1:
-        from . import preflight
-        from .store import join, open_store, store_errors
+        from ..runtime import preflight
+        from ..runtime.store import join, open_store, store_errors
 
         real_stdout = sys.stdout
         if args.json:
@@ -585,7 +586,7 @@ def _nccl_debug_to_file(log_dir: str) -> None:
 
 
 def _restarts(args: argparse.Namespace) -> int:
-    from .topology.base import parse_int
+    from ..topology.base import parse_int
 
     raw = args.max_restarts if args.max_restarts is not None else os.environ.get(
         "MESHRUN_MAX_RESTARTS")
@@ -600,19 +601,20 @@ def job_input(args: argparse.Namespace, cmd):
 
     Returns (JobInput or None, command): a recipe (``--recipe``, the config's ``recipe``
     key, or ``-m meshrun.recipes.<x>``) becomes the workers' command."""
-    from .plan import Command, JobInput
+    from ..plan.planner import Command, JobInput
 
     if not any(getattr(args, name, None) for name in ("recipe", "config", "set",
                                                        "checkpoint_dir")):
         if cmd is None or not cmd.module or not cmd.target.startswith("meshrun.recipes."):
             return None, cmd  # a plain script: no job config (and no import of it)
-        from . import recipes
+        from .. import recipes
 
         by_module = [r for r in recipes.RECIPES.values() if cmd.target == r.module]
         if not by_module:
             return None, cmd
         return JobInput(recipe_defaults=by_module[0].defaults), cmd
-    from . import config, recipes
+    from ..job import config
+    from .. import recipes
 
     file_data = config.load_file(args.config) if args.config else None
     sets = config.parse_sets(args.set) if args.set else {}
@@ -652,7 +654,7 @@ def check_log_dir(path: str) -> None:
 
 def check_worker_env(env: Mapping[str, str]) -> None:
     """Variables the workers read that meshrun can check before starting them."""
-    from .recipes._job import parse_peak_flops
+    from ..recipes._job import parse_peak_flops
 
     parse_peak_flops(env.get("MESHRUN_PEAK_FLOPS", ""))
 
@@ -667,7 +669,7 @@ def check_command(cmd) -> None:
         import importlib.machinery
 
         top = cmd.target.split(".")[0]
-        try:  # the workers run with this folder first on sys.path (meshrun._worker)
+        try:  # the workers run with this folder first on sys.path (meshrun.worker.bootstrap)
             found = bool(top) and (
                 importlib.machinery.PathFinder.find_spec(top, [os.getcwd(), *sys.path])
                 is not None or importlib.util.find_spec(top) is not None)
@@ -693,8 +695,8 @@ def make_plan_here(args: argparse.Namespace, cmd=None, job=None):
     """Collect this host's facts and plan (the one place the CLI reads os.environ)."""
     from dataclasses import replace
 
-    from . import facts, netfacts
-    from .plan import make_plan
+    from ..facts import host as facts, net as netfacts
+    from ..plan.planner import make_plan
 
     env = dict(os.environ)
     host = facts.collect(env)
@@ -706,7 +708,7 @@ def make_plan_here(args: argparse.Namespace, cmd=None, job=None):
                      simulated_workers=simulated)
     deepspeed = getattr(args, "deepspeed", None) if args.verb != "render" else None
     if getattr(args, "accelerate", False) or deepspeed:
-        from .render.accelerate import hf_worker_env
+        from ..render.accelerate import hf_worker_env
 
         job_dict = plan.job.to_dict() if plan.job is not None else None
         path = None
@@ -721,13 +723,13 @@ def _simulated_workers(args: argparse.Namespace) -> int:
     raw = getattr(args, "simulated_workers", None)
     if raw is None:
         return 0
-    from .topology.base import parse_int
+    from ..topology.base import parse_int
 
     return parse_int(raw, "--simulated-workers", minimum=1)
 
 
 def _plan(args: argparse.Namespace, cmd, job=None) -> int:
-    from .plan import describe
+    from ..plan.planner import describe
 
     plan = make_plan_here(args, cmd, job)
     if args.json:

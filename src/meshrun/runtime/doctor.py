@@ -28,8 +28,8 @@ import shutil
 import socket
 from dataclasses import asdict, dataclass
 
-from .plan import LaunchPlan
-from .topology.address import join_host_port
+from ..plan.planner import LaunchPlan
+from ..topology.address import join_host_port
 
 GIB = 1 << 30
 
@@ -140,8 +140,8 @@ def _port(plan: LaunchPlan) -> Check | None:
 
 
 def _lint(plan: LaunchPlan, env: dict) -> list[Check]:
-    from . import netfacts
-    from .network import lint_env
+    from ..facts import net as netfacts
+    from ..nccl.network import lint_env
 
     facts = netfacts.collect(plan.master_addr, plan.master_port, env=env)
     return [Check(f.code, f.severity, f.subject, f.message, f.hint)

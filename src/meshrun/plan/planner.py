@@ -35,11 +35,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from . import __version__
-from .errors import UsageError
-from .facts import Gpu, HostFacts
-from .topology import Flags, Sourced, Topology, detect
-from .topology.address import HAS_PORT, host_problem, join_host_port, unbracket
+from .. import __version__
+from ..errors import UsageError
+from ..facts.host import Gpu, HostFacts
+from ..topology import Flags, Sourced, Topology, detect
+from ..topology.address import HAS_PORT, host_problem, join_host_port, unbracket
 
 DEFAULT_LOG_DIR = "logs"
 DEFAULT_MASTER_PORT = 29500
@@ -172,7 +172,7 @@ def make_plan(env: Mapping[str, str], flags: Flags, facts: HostFacts,
         warnings.append(f"{facts.gpu_error}; running on CPU")
     notes = list(topo.notes)
     if facts.net is not None:
-        from .network import network_env
+        from ..nccl.network import network_env
 
         policy = network_env(facts.net, nnodes=nnodes, device="cuda" if gpu_mode else "cpu",
                              user_env=env, simulated=simulated_workers > 0)
@@ -181,14 +181,14 @@ def make_plan(env: Mapping[str, str], flags: Flags, facts: HostFacts,
         notes += list(policy.notes)
     config = None
     if job is not None:
-        from .config import resolve
+        from ..job.config import resolve
 
         config = resolve(recipe_defaults=job.recipe_defaults, file_data=job.file_data,
                          sets=job.sets, world_size=nnodes * nproc, nproc_per_node=nproc,
                          nnodes=nnodes, run_id=run_id, config_path=job.config_path,
                          flags=job.flags)
         worker_env += [EnvVar(name, value, "the resolved job config, for recipes and "
-                              "meshrun.config.from_env") for name, value in config.to_env().items()]
+                              "meshrun.job.from_env") for name, value in config.to_env().items()]
         warnings += list(config.warnings)
     return LaunchPlan(
         nnodes=nnodes, node_rank=node_rank, nproc_per_node=nproc, world_size=nnodes * nproc,
@@ -526,7 +526,7 @@ def describe(plan: LaunchPlan) -> str:
     if plan.world_size_reading:
         rows.append(("WORLD_SIZE", plan.world_size_reading, ""))
     if plan.command:
-        from .redact import redact_argv
+        from ..reports.redact import redact_argv
 
         rows.append(("command", " ".join(redact_argv(plan.command.argv())), ""))
     width = max(len(key) for key, _, _ in rows)

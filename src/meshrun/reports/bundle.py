@@ -32,8 +32,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from .logs import keep_previous
-from .plan import LaunchPlan
+from ..runtime.logs import keep_previous
+from ..plan.planner import LaunchPlan
 from .redact import redact_argv, redact_env, redact_text
 
 
@@ -60,7 +60,7 @@ def node_logs(plan: LaunchPlan) -> list[str]:
 
 def write_diagnosis(plan: LaunchPlan) -> list[str]:
     """Diagnose this node's logs; write diagnosis.node<k>.json; return the sentences."""
-    from .diagnose import diagnose_files, render_text, to_json
+    from ..diagnose.engine import diagnose_files, render_text, to_json
 
     try:
         found = diagnose_files(node_logs(plan), job=plan.job, device=plan.device)

@@ -2,7 +2,7 @@
 
 Run by every worker of ``meshrun bench`` (or ``meshrun simulate --bench``)::
 
-    python -m meshrun.collbench [--sizes 1K:1G] [--iters 20] [--warmup 5]
+    python -m meshrun.worker.collbench [--sizes 1K:1G] [--iters 20] [--warmup 5]
 
 For each message size S (bytes, doubling from the first to the last of
 ``--sizes``) and each collective, after ``--warmup`` untimed runs, ``--iters``
@@ -83,7 +83,7 @@ def human(size: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="meshrun.collbench")
+    parser = argparse.ArgumentParser(prog="meshrun.worker.collbench")
     parser.add_argument("--sizes", default="1K:1G")
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=5)

@@ -19,7 +19,7 @@ import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .topology.base import HostInfo
+from ..topology.base import HostInfo
 
 NVIDIA_SMI_QUERY = ("--query-gpu=index,uuid,name,memory.total", "--format=csv,noheader,nounits")
 

@@ -39,9 +39,9 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from . import __version__
-from .errors import StartupError
-from .plan import LaunchPlan
+from .. import __version__
+from ..errors import StartupError
+from ..plan.planner import LaunchPlan
 
 KEY = "meshrun/preflight/"
 SKEW_WARN_S = 1.0

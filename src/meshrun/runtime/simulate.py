@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Mapping
 
-from .plan import Command
+from ..plan.planner import Command
 
 # Variables through which a platform could tell a simulated node something else.
 PLATFORM_PREFIXES = ("SLURM_", "OMPI_", "PMI_", "PMIX_", "PET_", "SKYPILOT_", "VC_", "VK_",
@@ -83,10 +83,10 @@ def node_argv(args: argparse.Namespace, cmd: Command, nodes: int, rank: int, por
 
 def simulate(args: argparse.Namespace, cmd: Command, *, max_restarts: int = 0,
              job=None) -> int:
-    from . import facts
-    from .plan import make_plan, threads_for
-    from .topology import Flags
-    from .topology.base import parse_int
+    from ..facts import host as facts
+    from ..plan.planner import make_plan, threads_for
+    from ..topology import Flags
+    from ..topology.base import parse_int
 
     nodes = parse_int(args.nodes, "--nodes", minimum=1)
     port = int(args.master_port) if args.master_port else free_port()
@@ -148,7 +148,7 @@ def _explain(plan) -> None:
     """One diagnosis of the whole run (every simulated node's logs share one folder), instead
     of one per node: each node agent wrote its own ``diagnosis.node<k>.json`` but printed
     nothing."""
-    from .diagnose import diagnose_files, render_text
+    from ..diagnose.engine import diagnose_files, render_text
 
     try:
         found = diagnose_files([plan.log_dir], job=plan.job, device=plan.device)

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Callable
 
-from .errors import StartupError
-from .plan import LaunchPlan
-from .topology.address import join_host_port
+from ..errors import StartupError
+from ..plan.planner import LaunchPlan
+from ..topology.address import join_host_port
 
 PREFIX = "meshrun/"
 _ATTEMPT_S = 5.0

@@ -41,7 +41,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 
-from .netfacts import Interface, NetFacts
+from ..facts.net import Interface, NetFacts
 
 MiB = 1 << 20
 DEVICES = ("cuda", "cpu")

@@ -104,8 +104,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import UsageError
-from .redact import redact_text
+from ..errors import UsageError
+from ..reports.redact import redact_text
 
 SETUP, FAULT, LOST, UNKNOWN, EFFECT, ADVICE = 10, 20, 30, 40, 50, 60
 TIERS = {SETUP: "setup", FAULT: "fault", LOST: "lost", UNKNOWN: "unknown", EFFECT: "effect",

@@ -1,7 +1,7 @@
 """Every worker starts here, then runs the user's script or module exactly as python would.
 
-    python -u -m meshrun._worker -- SCRIPT ARGS...
-    python -u -m meshrun._worker -m MODULE ARGS...
+    python -u -m meshrun.worker.bootstrap -- SCRIPT ARGS...
+    python -u -m meshrun.worker.bootstrap -m MODULE ARGS...
 
 Two things happen first, neither importing torch:
 
@@ -61,7 +61,7 @@ _KEEP: list = []
 
 def main() -> None:
     if len(sys.argv) < 3 or sys.argv[1] not in ("--", "-m"):
-        sys.exit("usage: python -m meshrun._worker (-- SCRIPT | -m MODULE) [ARGS...]")
+        sys.exit("usage: python -m meshrun.worker.bootstrap (-- SCRIPT | -m MODULE) [ARGS...]")
     _die_with_parent()
     _stacks_on_sigusr1()
     mode, target, args = sys.argv[1], sys.argv[2], sys.argv[3:]

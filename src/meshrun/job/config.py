@@ -45,7 +45,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from .errors import UsageError
+from ..errors import UsageError
 
 try:  # Python >= 3.11
     import tomllib
@@ -595,7 +595,7 @@ def resolve(*, recipe_defaults: Mapping | None, file_data: Mapping | None,
     sections["train"] = replace(train, lr=lr, grad_accum=grad_accum)
     name = merged.get("recipe")
     if name:
-        from .recipes import RECIPES  # torch-free registry
+        from ..recipes import RECIPES  # torch-free registry
 
         if name in RECIPES:  # the model settings, as the workers will check them (laid
             recipe = RECIPES[name]  # over the recipe's own defaults, as the workers do)

@@ -33,9 +33,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import EXIT_STARTUP, MeshrunError, StartupError
+from ..errors import EXIT_STARTUP, MeshrunError, StartupError
 from .logs import RANK_PREFIX, LogRouter, worker_logs_spec
-from .plan import LaunchPlan, describe, ranks_phrase
+from ..plan.planner import LaunchPlan, describe, ranks_phrase
 from .store import JobStore, join, open_store, say, store_errors
 
 RDZV_BACKEND = "meshrun-c10d"
@@ -86,7 +86,7 @@ def run(plan: LaunchPlan, *, max_restarts: int = 0, preflight: bool = True,
     router.install()
     try:
         print(describe(plan), flush=True)
-        from .bundle import write_start
+        from ..reports.bundle import write_start
 
         write_start(plan, os.environ)
         for moved in router.moved:
@@ -196,7 +196,7 @@ def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
     try:
         try:
             launch_agent(config, sys.executable,
-                         ["-u", "-m", "meshrun._worker", *target, *plan.command.args])
+                         ["-u", "-m", "meshrun.worker.bootstrap", *target, *plan.command.args])
         finally:
             AGENT_RUNNING.clear()
         status = "done"
@@ -325,7 +325,7 @@ def _await_event(dog, supervision: Supervision, poll: float = 0.1):
 
 
 def _report_event(event) -> int:
-    from .errors import EXIT_HANG, EXIT_NODE_LOST, EXIT_WORKER_FAILED
+    from ..errors import EXIT_HANG, EXIT_NODE_LOST, EXIT_WORKER_FAILED
 
     if event.kind == "peer-failed":  # another node's workers failed: so did the job
         return EXIT_WORKER_FAILED
@@ -402,7 +402,7 @@ def _explain(plan: LaunchPlan) -> None:
     """After a failure: meshrun diagnose over this node's logs, one sentence per cause
     (written to ``diagnosis.node<k>.json``; printed here unless the node is simulated:
     ``meshrun simulate`` prints one diagnosis of the whole run instead of one per node)."""
-    from .bundle import write_diagnosis
+    from ..reports.bundle import write_diagnosis
 
     sys.stdout.flush()
     sys.stderr.flush()
