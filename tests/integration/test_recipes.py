@@ -233,6 +233,7 @@ def test_recipe_refuses_a_bad_job_config_in_one_line(tmp_path):
                                                    "train": {"lr": -1}}))
     done = python(tmp_path, env, "-m", "meshrun.recipes.mlp_tp")
     assert done.returncode == 2
+    # one job-config model (meshrun.job): the worker checks with the planner's own checks
     assert done.stderr.strip().splitlines() == [
-        ("meshrun: error: job config train.lr: -1 is not a number >= 0; "
-         "fix: set train.lr to a number >= 0")]
+        ("meshrun: error: train.lr = -1.0 in config MESHRUN_JOB_CONFIG is below 0; "
+         "fix: write a number >= 0, e.g. lr = 0.001")]

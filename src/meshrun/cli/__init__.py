@@ -518,7 +518,7 @@ def _diagnose(args: argparse.Namespace, paths: list[str] | None) -> int:
                          hint="meshrun diagnose logs/<run-id>  (or: meshrun diagnose a.log b.log)")
     job = None
     if args.config or args.set or args.recipe:
-        from ..job import config
+        from .. import job as config
         from .. import recipes
 
         file_data = config.load_file(args.config) if args.config else None
@@ -613,7 +613,7 @@ def job_input(args: argparse.Namespace, cmd):
         if not by_module:
             return None, cmd
         return JobInput(recipe_defaults=by_module[0].defaults), cmd
-    from ..job import config
+    from .. import job as config
     from .. import recipes
 
     file_data = config.load_file(args.config) if args.config else None
@@ -654,7 +654,7 @@ def check_log_dir(path: str) -> None:
 
 def check_worker_env(env: Mapping[str, str]) -> None:
     """Variables the workers read that meshrun can check before starting them."""
-    from ..recipes._job import parse_peak_flops
+    from ..recipes import parse_peak_flops
 
     parse_peak_flops(env.get("MESHRUN_PEAK_FLOPS", ""))
 

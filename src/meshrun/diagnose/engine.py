@@ -14,7 +14,7 @@ API
 :func:`diagnose_files(paths, job=None) <diagnose_files>`
     The logs of one run (files, or a run folder: its ``*.log`` files) ->
     ``list[Diagnosis]``, root cause first. ``job`` is the run's job config
-    (:class:`meshrun.config.JobConfig` or its ``to_dict()``/``MESHRUN_JOB_CONFIG``
+    (:class:`meshrun.job.JobConfig` or its ``to_dict()``/``MESHRUN_JOB_CONFIG``
     JSON): with it the CUDA out-of-memory fix names the numbers
     (:func:`fix_for_oom`).
 :func:`diagnose_text(text, name=..., job=None) <diagnose_text>`

@@ -74,7 +74,7 @@ class EnvVar:
 @dataclass(frozen=True)
 class JobInput:
     """What the job config is made of, as the CLI read it: the recipe's defaults, the
-    ``--config`` file's data, the ``--set`` overrides (see :mod:`meshrun.config`)."""
+    ``--config`` file's data, the ``--set`` overrides (see :mod:`meshrun.job`)."""
 
     recipe_defaults: Mapping | None = None
     file_data: Mapping | None = None
@@ -111,7 +111,7 @@ class LaunchPlan:
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     version: str = __version__
-    job: Any = None  # meshrun.config.JobConfig when a recipe, --config or --set is given
+    job: Any = None  # meshrun.job.JobConfig when a recipe, --config or --set is given
     # `meshrun simulate`: the workers of every simulated node on this host (0: a real node)
     simulated_workers: int = 0
 

@@ -14,9 +14,9 @@ Each recipe runs as a worker module::
     torchrun --nproc-per-node 4 -m meshrun.recipes.mlp_tp      # the defaults, no meshrun
 
 A worker reads its resolved job config as JSON from ``MESHRUN_JOB_CONFIG``
-(schema in :mod:`meshrun.recipes._job`); without it, the recipe's
-``DEFAULTS`` below, sized to finish in about a minute on a 2-core CPU with
-4 processes. This module never imports torch: the planner reads
+(:func:`meshrun.job.for_worker`; the schema is :mod:`meshrun.job.schema`); without it,
+the recipe's ``DEFAULTS`` below, resolved the same way, sized to finish in about a minute
+on a 2-core CPU with 4 processes. This module never imports torch: the planner reads
 :data:`RECIPES` to resolve configs and show them.
 
 Full manual: ``docs/recipes.md``.
@@ -25,6 +25,7 @@ Full manual: ``docs/recipes.md``.
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -88,6 +89,25 @@ RECIPES: dict[str, Recipe] = {
 }
 
 
+def parse_peak_flops(raw: str) -> float | None:
+    """``MESHRUN_PEAK_FLOPS``: None when unset or blank, else a positive number of FLOP/s
+    (a :class:`UsageError` naming the variable otherwise). Pure: the launcher checks it
+    before any worker starts, the training loop uses it."""
+    raw = raw.strip()
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise UsageError(f"MESHRUN_PEAK_FLOPS={raw!r} is not a positive number",
+                         subject="MESHRUN_PEAK_FLOPS",
+                         hint="give the device's dense bf16 peak in FLOP/s, e.g. "
+                              "MESHRUN_PEAK_FLOPS=989e12 for an H100 SXM, or unset it")
+    return value
+
+
 def get(name: str) -> Recipe:
     """The recipe called ``name``; a :class:`UsageError` naming the known ones otherwise."""
     try:
@@ -97,4 +117,5 @@ def get(name: str) -> Recipe:
                          hint=f"use one of: {', '.join(sorted(RECIPES))}") from None
 
 
-__all__ = ["AUTOENCODER_DEFAULTS", "MLP_TP_DEFAULTS", "RECIPES", "Recipe", "get"]
+__all__ = ["AUTOENCODER_DEFAULTS", "MLP_TP_DEFAULTS", "RECIPES", "Recipe", "get",
+           "parse_peak_flops"]

@@ -52,7 +52,8 @@ from ..worker import checkpoint as ckpt
 from ..worker.progress import progress
 from ..worker.dist import RankInfo
 from ..errors import MeshrunError, UsageError
-from ._job import Job, parse_peak_flops
+from ..job import ENV_VAR, JobConfig, run_id_of
+from . import parse_peak_flops
 
 # Dense bf16 tensor-core peak per GPU, FLOP/s, matched against the CUDA device name
 # (first match wins, so the specific names come first).
@@ -159,7 +160,29 @@ def guard(main: Callable[[], None]) -> None:
         os._exit(err.exit_code)
 
 
-def optimizer(params: Any, job: Job) -> torch.optim.Optimizer:
+def describe_run(job: JobConfig) -> str:
+    """One line for the start of a run."""
+    t, p = job.train, job.parallel
+    origin = ENV_VAR if job.config_path == ENV_VAR or ENV_VAR in os.environ else "defaults"
+    return (f"{job.recipe}: world {job.world_size} = dp {job.dp} x tp {p.tp}, "
+            f"{t.steps} steps x {job.effective_batch} samples "
+            f"({t.per_device_batch}/device x {t.grad_accum} accum x {job.dp} dp), "
+            f"lr {t.lr:g} {t.schedule}, {t.optimizer}, config from {origin}")
+
+
+def load_job(recipe: str) -> JobConfig:
+    """This worker's job config (:func:`meshrun.job.for_worker`), after the variables the
+    recipe reads are checked (a bad MESHRUN_PEAK_FLOPS is one line before anything else)."""
+    from ..job import for_worker
+    from ..worker.dist import read_env
+
+    parse_peak_flops(os.environ.get("MESHRUN_PEAK_FLOPS", ""))
+    ranks = read_env(os.environ)
+    return for_worker(recipe, os.environ, ranks.world_size,
+                      nproc_per_node=ranks.local_world_size, nnodes=ranks.nnodes)
+
+
+def optimizer(params: Any, job: JobConfig) -> torch.optim.Optimizer:
     """The configured optimizer (the LR is set per step by the schedule)."""
     t = job.train
     if t.optimizer == "sgd":
@@ -168,7 +191,7 @@ def optimizer(params: Any, job: Job) -> torch.optim.Optimizer:
     return torch.optim.AdamW(params, lr=t.lr, betas=t.betas, weight_decay=t.weight_decay)
 
 
-def autocast(job: Job, device: torch.device) -> contextlib.AbstractContextManager:
+def autocast(job: JobConfig, device: torch.device) -> contextlib.AbstractContextManager:
     """bf16 autocast for ``mixed_precision`` bf16, or auto on a GPU; else nothing."""
     mode = job.parallel.mixed_precision
     if mode == "bf16" or (mode == "auto" and device.type == "cuda"):
@@ -176,7 +199,7 @@ def autocast(job: Job, device: torch.device) -> contextlib.AbstractContextManage
     return contextlib.nullcontext()
 
 
-def precision_name(job: Job, device: torch.device) -> str:
+def precision_name(job: JobConfig, device: torch.device) -> str:
     mode = job.parallel.mixed_precision
     return "bf16 autocast" if mode == "bf16" or (mode == "auto" and device.type == "cuda") \
         else "fp32"
@@ -250,15 +273,15 @@ class MetricsLog:
             self._tb.close()
 
 
-def train(job: Job, info: RankInfo, work: Workload) -> list[dict[str, Any]]:
+def train(job: JobConfig, info: RankInfo, work: Workload) -> list[dict[str, Any]]:
     """Run the job's steps on ``work``; returns rank 0's records (empty elsewhere)."""
     t, c = job.train, job.checkpoint
     last = min(t.steps, t.stop_after) if t.stop_after else t.steps
     model, opt = work.model, work.optimizer
     peak, source = device_peak(info.device, os.environ)
-    for note in job.notes:
+    for note in job.warnings:
         say(info, f"note: {note}")
-    say(info, job.describe())
+    say(info, describe_run(job))
     if peak is not None and work.flops_per_sample:
         say(info, f"MFU against {source}")
     elif info.device.type == "cuda":
@@ -301,7 +324,8 @@ def train(job: Job, info: RankInfo, work: Workload) -> list[dict[str, Any]]:
         return []
 
     # --- steps --------------------------------------------------------------------------
-    metrics = MetricsLog(job.log_dir, info.is_main)
+    metrics = MetricsLog(os.environ.get("MESHRUN_LOG_DIR") or f"logs/{run_id_of(os.environ)}",
+                         info.is_main)
     records: list[dict[str, Any]] = []
     window: list[float] = []          # step times since the last record
     first_step = start + 1

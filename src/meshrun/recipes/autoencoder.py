@@ -41,7 +41,8 @@ import torch
 from torch import nn
 
 from ..worker.dist import init_distributed
-from . import _job, _loop, _models
+from ..job import JobConfig
+from . import _loop, _models
 from .mlp_tp import sample_seed
 
 RECIPE = "autoencoder"
@@ -98,12 +99,12 @@ class VideoAutoencoder(nn.Module):
         return torch.sigmoid(self.decoder(self.encoder(video)))
 
 
-def model_config(job: _job.Job) -> dict[str, int]:
+def model_config(job: JobConfig) -> dict[str, int]:
     """``job.model`` checked: frames even, size a multiple of 4, tp 1 (:mod:`._models`)."""
     return _models.autoencoder(job.model, job.parallel.tp)
 
 
-def shard(model: VideoAutoencoder, mesh, job: _job.Job) -> VideoAutoencoder:
+def shard(model: VideoAutoencoder, mesh, job: JobConfig) -> VideoAutoencoder:
     try:
         from torch.distributed.fsdp import fully_shard
     except ImportError:  # torch < 2.6
@@ -126,10 +127,7 @@ def psnr(mse: float) -> float:
 def main() -> None:
     from torch.distributed.device_mesh import init_device_mesh
 
-    from ..worker.dist import read_env
-
-    world = read_env(os.environ).world_size
-    job = _job.load(RECIPE, os.environ, world)
+    job = _loop.load_job(RECIPE)
     cfg = model_config(job)
     info = init_distributed()
     t = job.train

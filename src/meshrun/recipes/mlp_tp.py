@@ -42,7 +42,8 @@ import torch
 from torch import nn
 
 from ..worker.dist import init_distributed
-from . import _job, _loop, _models
+from ..job import JobConfig
+from . import _loop, _models
 
 RECIPE = "mlp-tp"
 
@@ -103,12 +104,12 @@ class MLP(nn.Module):
         return x
 
 
-def model_config(job: _job.Job) -> dict[str, int]:
+def model_config(job: JobConfig) -> dict[str, int]:
     """``job.model`` checked: positive dims, hidden divisible by tp (:mod:`._models`)."""
     return _models.mlp_tp(job.model, job.parallel.tp)
 
 
-def parallelize(model: MLP, mesh, job: _job.Job) -> MLP:
+def parallelize(model: MLP, mesh, job: JobConfig) -> MLP:
     """Tensor parallel over mesh["tp"] (when tp > 1), then FSDP2 over mesh["dp"]."""
     from torch.distributed.tensor.parallel import (
         ColwiseParallel,
@@ -139,11 +140,8 @@ def parallelize(model: MLP, mesh, job: _job.Job) -> MLP:
 def main() -> None:
     from torch.distributed.device_mesh import init_device_mesh
 
-    from ..worker.dist import read_env
-
     # Config first: a bad one stops every rank before any process group exists.
-    world = read_env(os.environ).world_size
-    job = _job.load(RECIPE, os.environ, world)
+    job = _loop.load_job(RECIPE)
     cfg = model_config(job)
     info = init_distributed()
     t, tp = job.train, job.parallel.tp

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UsageError
+from ..job.schema import PRECISIONS
 from ..plan.planner import LaunchPlan
 
 __all__ = [
@@ -125,7 +126,6 @@ def count(n: int, noun: str) -> str:
 # num_nodes x grad_accum_steps = 1 x 8 x 2 x 8 = 128". Its script is an HF Trainer script,
 # whose max_grad_norm defaults to 1.0. Used when no job config is given.
 SEED_004_TRAIN = {"per_device_batch": 1, "grad_accum": 8, "grad_clip": 1.0}
-PRECISIONS = ("auto", "bf16", "fp32")
 
 
 @dataclass(frozen=True)
@@ -159,13 +159,16 @@ class TrainNumbers:
                 f"{self.grad_accum} = {self.effective_batch}")
 
 
-def train_numbers(plan: LaunchPlan, job: Mapping[str, Any] | None) -> TrainNumbers:
-    """Batch and precision values from ``job`` (``JobConfig.to_dict()``), or seed 004's.
+def train_numbers(plan: LaunchPlan, job: Any) -> TrainNumbers:
+    """Batch and precision values from ``job`` (a :class:`~meshrun.job.JobConfig`, or a dict
+    of ``JobConfig.to_dict()``'s shape, checked here), or seed 004's without one.
 
     Raises :class:`UsageError` when the job contradicts the plan (another world size, a tp
     that does not divide it, an effective batch that is not the product) or holds values
     of the wrong type.
     """
+    if hasattr(job, "to_dict"):  # the typed config: its dict is what the checks below read
+        job = job.to_dict()
     if job is None:
         pdb, accum, clip = (SEED_004_TRAIN["per_device_batch"], SEED_004_TRAIN["grad_accum"],
                             SEED_004_TRAIN["grad_clip"])
