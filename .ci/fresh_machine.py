@@ -120,6 +120,10 @@ def check_wheel(work: Path) -> None:
     if "site-packages" not in where.stdout or str(ROOT) in where.stdout:
         raise SystemExit(f"fresh_machine: meshrun was imported from {where.stdout.strip()}, "
                          "not from the installed wheel")
+    # every module imports from the installed wheel (data files a module loads included)
+    shell("python -c \"import importlib, pkgutil, meshrun; [importlib.import_module(m.name) for m "
+          "in pkgutil.walk_packages(meshrun.__path__, 'meshrun.') if m.name != "
+          "'meshrun.__main__']\"", env, elsewhere, work / "wheel-imports.log", timeout=300)
     text = shell("meshrun simulate --nodes 2 --nproc-per-node 1 --recipe mlp-tp --run-id wheel "
                  "--set train.steps=20 --set train.log_every=5", env, elsewhere,
                  work / "wheel-run.log", timeout=600)

@@ -23,7 +23,7 @@ MASTER = NODES[0][2]
 PROBE = """
 import json, sys
 from meshrun.facts.net import collect
-from meshrun.nccl.network import network_env
+from meshrun.nccl import network_env
 facts = collect(sys.argv[1], 29500)
 policy = network_env(facts, nnodes=2, device="cuda", user_env={})
 print(json.dumps({"route_iface": facts.route_iface, "source": facts.route_source_addr,

@@ -32,7 +32,7 @@ from meshrun.facts.net import (
     read_sysfs,
     route_source,
 )
-from meshrun.nccl.network import (
+from meshrun.nccl import (
     LINT_CODES,
     Finding,
     choose_socket_iface,
@@ -269,7 +269,7 @@ def test_source_address_nobody_holds(tmp_path):
 
 
 def test_importing_the_network_modules_does_not_import_torch():
-    code = ("import sys, meshrun.facts.net, meshrun.nccl.network; "
+    code = ("import sys, meshrun.facts.net, meshrun.nccl; "
             "sys.exit('torch' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
 

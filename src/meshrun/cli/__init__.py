@@ -325,7 +325,7 @@ def _exit_if_stuck(code: int) -> int:
 
 
 def _dispatch(args: argparse.Namespace, command: list[str] | None, is_module: bool) -> int:
-    from ..plan.planner import Command
+    from ..plan import Command
 
     cmd = None
     if command:
@@ -373,7 +373,7 @@ def _dispatch(args: argparse.Namespace, command: list[str] | None, is_module: bo
 def _bench(args: argparse.Namespace, cmd) -> int:
     """``meshrun bench`` / ``simulate --bench``: run meshrun.worker.collbench as the workers' command."""
     from ..worker.collbench import sizes_between
-    from ..plan.planner import Command
+    from ..plan import Command
     from ..topology.base import parse_int
 
     if cmd is not None:
@@ -468,7 +468,7 @@ def _render(args: argparse.Namespace, command: list[str] | None, is_module: bool
 
 def _render_hf(args: argparse.Namespace, command: list[str] | None, is_module: bool) -> str:
     from .. import render
-    from ..plan.planner import Command
+    from ..plan import Command
 
     cmd = (Command(command[0], tuple(command[1:]), is_module) if command else None)
     job, cmd = job_input(args, cmd)
@@ -601,7 +601,7 @@ def job_input(args: argparse.Namespace, cmd):
 
     Returns (JobInput or None, command): a recipe (``--recipe``, the config's ``recipe``
     key, or ``-m meshrun.recipes.<x>``) becomes the workers' command."""
-    from ..plan.planner import Command, JobInput
+    from ..plan import Command, JobInput
 
     if not any(getattr(args, name, None) for name in ("recipe", "config", "set",
                                                        "checkpoint_dir")):
@@ -696,7 +696,7 @@ def make_plan_here(args: argparse.Namespace, cmd=None, job=None):
     from dataclasses import replace
 
     from ..facts import host as facts, net as netfacts
-    from ..plan.planner import make_plan
+    from ..plan import make_plan
 
     env = dict(os.environ)
     host = facts.collect(env)
@@ -729,7 +729,7 @@ def _simulated_workers(args: argparse.Namespace) -> int:
 
 
 def _plan(args: argparse.Namespace, cmd, job=None) -> int:
-    from ..plan.planner import describe
+    from ..plan import describe
 
     plan = make_plan_here(args, cmd, job)
     if args.json:

@@ -30,108 +30,22 @@ IPv6 host (``[fd00::1]:29500``) through :func:`meshrun.topology.address.join_hos
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
-from typing import Any
 
-from .. import __version__
 from ..errors import UsageError
 from ..facts.host import Gpu, HostFacts
 from ..topology import Flags, Sourced, Topology, detect
-from ..topology.address import HAS_PORT, host_problem, join_host_port, unbracket
-
-DEFAULT_LOG_DIR = "logs"
-DEFAULT_MASTER_PORT = 29500
-DEFAULT_JOIN_TIMEOUT = 600
-_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-
-
-@dataclass(frozen=True)
-class Command:
-    """What each worker runs: ``python -u SCRIPT ARGS`` or ``python -u -m MODULE ARGS``."""
-
-    target: str
-    args: tuple[str, ...] = ()
-    module: bool = False
-
-    def argv(self) -> list[str]:
-        return (["-m", self.target] if self.module else [self.target]) + list(self.args)
-
-    def display(self) -> str:
-        return " ".join(self.argv())
-
-
-@dataclass(frozen=True)
-class EnvVar:
-    """One variable meshrun sets for the workers, and why."""
-
-    name: str
-    value: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class JobInput:
-    """What the job config is made of, as the CLI read it: the recipe's defaults, the
-    ``--config`` file's data, the ``--set`` overrides (see :mod:`meshrun.job`)."""
-
-    recipe_defaults: Mapping | None = None
-    file_data: Mapping | None = None
-    sets: Mapping | None = None
-    config_path: str | None = None
-    # dotted keys the CLI put into ``sets`` from a flag of their own, and that flag
-    # ({"recipe": "--recipe", "checkpoint.dir": "--checkpoint-dir"}): the source shown
-    flags: Mapping[str, str] | None = None
-
-
-@dataclass(frozen=True)
-class LaunchPlan:
-    nnodes: int
-    node_rank: int
-    nproc_per_node: int
-    world_size: int
-    global_ranks: tuple[int, ...]
-    master_addr: str
-    master_port: int  # 0: single node, a free port is chosen at launch
-    run_id: str
-    backend: str
-    device: str  # "cuda" or "cpu"
-    visible_devices: tuple[str, ...]
-    gpu_names: tuple[str, ...]
-    log_dir: str  # <log-dir>/<run-id>
-    join_timeout: int
-    env: tuple[EnvVar, ...]
-    source: Mapping[str, str]
-    platform: str
-    platforms: tuple[str, ...]
-    world_size_reading: str
-    hostname: str
-    command: Command | None = None
-    warnings: tuple[str, ...] = ()
-    notes: tuple[str, ...] = ()
-    version: str = __version__
-    job: Any = None  # meshrun.job.JobConfig when a recipe, --config or --set is given
-    # `meshrun simulate`: the workers of every simulated node on this host (0: a real node)
-    simulated_workers: int = 0
-
-    @property
-    def is_master(self) -> bool:
-        return self.node_rank == 0
-
-    def env_dict(self) -> dict[str, str]:
-        return {var.name: var.value for var in self.env}
-
-    def to_json(self) -> dict:
-        data = asdict(replace(self, job=None))
-        data["job"] = self.job.to_dict() if self.job is not None else None
-        data["global_ranks"] = list(self.global_ranks)
-        data["visible_devices"] = list(self.visible_devices)
-        data["env"] = self.env_dict()
-        data["env_reasons"] = {var.name: var.reason for var in self.env}
-        data["source"] = dict(self.source)
-        data["command"] = self.command.argv() if self.command else None
-        return data
+from ..topology.address import HAS_PORT, host_problem, unbracket
+from .model import (
+    RUN_ID,
+    DEFAULT_JOIN_TIMEOUT,
+    DEFAULT_LOG_DIR,
+    DEFAULT_MASTER_PORT,
+    Command,
+    EnvVar,
+    JobInput,
+    LaunchPlan,
+)
 
 
 def make_plan(env: Mapping[str, str], flags: Flags, facts: HostFacts,
@@ -172,11 +86,11 @@ def make_plan(env: Mapping[str, str], flags: Flags, facts: HostFacts,
         warnings.append(f"{facts.gpu_error}; running on CPU")
     notes = list(topo.notes)
     if facts.net is not None:
-        from ..nccl.network import network_env
+        from ..nccl.policy import network_env
 
         policy = network_env(facts.net, nnodes=nnodes, device="cuda" if gpu_mode else "cpu",
                              user_env=env, simulated=simulated_workers > 0)
-        worker_env += [EnvVar(v.name, v.value, v.reason) for v in policy.env]
+        worker_env += list(policy.env)
         warnings += list(policy.warnings)
         notes += list(policy.notes)
     config = None
@@ -419,7 +333,7 @@ def _run_id(topo: Topology, addr: str, port: int, nnodes: int,
             command: Command | None, source: dict[str, str]) -> str:
     if topo.run_id is not None:
         value = str(topo.run_id.value)
-        if not _RUN_ID.match(value):
+        if not RUN_ID.match(value):
             raise UsageError(f"{_say(topo.run_id)} is not a usable run id", subject=topo.run_id.source,
                              hint="use letters, digits, '.', '_' and '-' (at most 128), starting "
                                   "with a letter or digit")
@@ -487,64 +401,3 @@ def _say(value: Sourced) -> str:
     return f"{value.value} ({name})"
 
 
-# --- text --------------------------------------------------------------------------------
-
-def rank_span(ranks: Sequence[int]) -> str:
-    """``0-7`` for a run of ranks, ``3`` for one."""
-    return f"{ranks[0]}-{ranks[-1]}" if len(ranks) > 1 else str(ranks[0])
-
-
-def ranks_phrase(ranks: Sequence[int]) -> str:
-    """``ranks 0-7``, or ``rank 3`` for a node with one worker."""
-    return f"rank{'s' if len(ranks) > 1 else ''} {rank_span(ranks)}"
-
-
-def describe(plan: LaunchPlan) -> str:
-    """The plan as an aligned ``key : value`` block (the run banner uses it too)."""
-    rank_text = rank_span(plan.global_ranks)
-    port = str(plan.master_port) if plan.master_port else "auto"
-    devices = (f"GPUs {','.join(plan.visible_devices)}"
-               + (f" ({plan.gpu_names[0]})" if plan.gpu_names else "")
-               if plan.device == "cuda" else "CPU")
-    src = plan.source
-    rows = [
-        ("platform", plan.platform, ", ".join(plan.platforms[1:]) and
-         "also seen: " + ", ".join(plan.platforms[1:])),
-        ("nodes", str(plan.nnodes), src.get("nnodes", "")),
-        ("node rank", str(plan.node_rank), src.get("node_rank", "")),
-        ("master", join_host_port(plan.master_addr, port),
-         f"{src.get('master_addr', '')}; port: {src.get('master_port', '')}"),
-        ("processes per node", str(plan.nproc_per_node), src.get("nproc_per_node", "")),
-        ("devices", devices, ""),
-        ("world size", str(plan.world_size),
-         f"{plan.nnodes} node{'s' if plan.nnodes != 1 else ''} x {plan.nproc_per_node}"),
-        ("global ranks", rank_text, f"on {plan.hostname}"),
-        ("backend", plan.backend, src.get("backend", "")),
-        ("run id", plan.run_id, src.get("run_id", "")),
-        ("log dir", plan.log_dir, src.get("log_dir", "")),
-    ]
-    if plan.world_size_reading:
-        rows.append(("WORLD_SIZE", plan.world_size_reading, ""))
-    if plan.command:
-        from ..reports.redact import redact_argv
-
-        rows.append(("command", " ".join(redact_argv(plan.command.argv())), ""))
-    width = max(len(key) for key, _, _ in rows)
-    vwidth = min(24, max(len(value) for _, value, _ in rows))
-    lines = [f"meshrun {plan.version}"]
-    for key, value, why in rows:
-        line = f"  {key.ljust(width)} : {value.ljust(vwidth)}"
-        if why:
-            line += f"  ({why})"
-        lines.append(line.rstrip())
-    for var in plan.env:
-        value = var.value if len(var.value) <= 80 else f"<{len(var.value)} bytes>"
-        lines.append(f"  {'env'.ljust(width)} : {var.name}={value}  ({var.reason})")
-    if plan.job is not None:
-        lines.append("job config")
-        lines += plan.job.describe_lines()
-    for warning in plan.warnings:
-        lines.append(f"  {'warning'.ljust(width)} : {warning}")
-    for note in plan.notes:
-        lines.append(f"  {'note'.ljust(width)} : {note}")
-    return "\n".join(lines)

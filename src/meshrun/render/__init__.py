@@ -47,7 +47,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..job.schema import PRECISIONS
-from ..plan.planner import LaunchPlan
+from ..plan import LaunchPlan
 
 __all__ = [
     "SEED_004_TRAIN",

@@ -29,7 +29,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ..plan.planner import EnvVar, LaunchPlan
+from ..plan import EnvVar, LaunchPlan
 from . import count, generated_by, regenerate_command, train_numbers
 
 # accelerate's PrecisionType values for meshrun's resolved precisions.

@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import UsageError
-from ..plan.planner import LaunchPlan
+from ..plan import LaunchPlan
 from . import TrainNumbers, count, generated_by, regenerate_command, train_numbers
 
 # Seed 004 ("scripts/zero3.json 已优化"), its values as given.

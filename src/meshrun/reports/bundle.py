@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..runtime.logs import keep_previous
-from ..plan.planner import LaunchPlan
+from ..plan import LaunchPlan
 from .redact import redact_argv, redact_env, redact_text
 
 

@@ -12,7 +12,7 @@ disk-space                  free space where logs and checkpoints go
 master-dns                  the master address resolves
 master-port                 on node 0: the port is free to bind; elsewhere: it
                             answers (a warning only: node 0 may not be up yet)
-net-*/nccl-*/... (lint)     the environment lint of :mod:`meshrun.network`
+net-*/nccl-*/... (lint)     the environment lint of :mod:`meshrun.nccl.lint`
 preflight-mismatch          with ``--all-nodes``: the cross-node preflight, run
                             with the other nodes' ``meshrun doctor --all-nodes``
 ==========================  =====================================================
@@ -28,7 +28,7 @@ import shutil
 import socket
 from dataclasses import asdict, dataclass
 
-from ..plan.planner import LaunchPlan
+from ..plan import LaunchPlan
 from ..topology.address import join_host_port
 
 GIB = 1 << 30
@@ -141,7 +141,7 @@ def _port(plan: LaunchPlan) -> Check | None:
 
 def _lint(plan: LaunchPlan, env: dict) -> list[Check]:
     from ..facts import net as netfacts
-    from ..nccl.network import lint_env
+    from ..nccl import lint_env
 
     facts = netfacts.collect(plan.master_addr, plan.master_port, env=env)
     return [Check(f.code, f.severity, f.subject, f.message, f.hint)

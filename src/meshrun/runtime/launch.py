@@ -35,7 +35,7 @@ from typing import Any
 
 from ..errors import EXIT_STARTUP, MeshrunError, StartupError
 from .logs import RANK_PREFIX, LogRouter, worker_logs_spec
-from ..plan.planner import LaunchPlan, describe, ranks_phrase
+from ..plan import LaunchPlan, describe, ranks_phrase
 from .store import JobStore, join, open_store, say, store_errors
 
 RDZV_BACKEND = "meshrun-c10d"

@@ -41,7 +41,7 @@ from typing import Any
 
 from .. import __version__
 from ..errors import StartupError
-from ..plan.planner import LaunchPlan
+from ..plan import LaunchPlan
 
 KEY = "meshrun/preflight/"
 SKEW_WARN_S = 1.0

@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Mapping
 
-from ..plan.planner import Command
+from ..plan import Command
 
 # Variables through which a platform could tell a simulated node something else.
 PLATFORM_PREFIXES = ("SLURM_", "OMPI_", "PMI_", "PMIX_", "PET_", "SKYPILOT_", "VC_", "VK_",
@@ -84,7 +84,7 @@ def node_argv(args: argparse.Namespace, cmd: Command, nodes: int, rank: int, por
 def simulate(args: argparse.Namespace, cmd: Command, *, max_restarts: int = 0,
              job=None) -> int:
     from ..facts import host as facts
-    from ..plan.planner import make_plan, threads_for
+    from ..plan import make_plan, threads_for
     from ..topology import Flags
     from ..topology.base import parse_int
 

@@ -27,7 +27,7 @@ from datetime import timedelta
 from typing import Any, Callable
 
 from ..errors import StartupError
-from ..plan.planner import LaunchPlan
+from ..plan import LaunchPlan
 from ..topology.address import join_host_port
 
 PREFIX = "meshrun/"

@@ -1,0 +1,71 @@
+"""The plan as people read it: an aligned ``key : value`` block with where each value came
+from (``meshrun plan`` and every node's banner print it). Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..topology.address import join_host_port
+from .model import LaunchPlan
+
+
+def rank_span(ranks: Sequence[int]) -> str:
+    """``0-7`` for a run of ranks, ``3`` for one."""
+    return f"{ranks[0]}-{ranks[-1]}" if len(ranks) > 1 else str(ranks[0])
+
+
+def ranks_phrase(ranks: Sequence[int]) -> str:
+    """``ranks 0-7``, or ``rank 3`` for a node with one worker."""
+    return f"rank{'s' if len(ranks) > 1 else ''} {rank_span(ranks)}"
+
+
+def describe(plan: LaunchPlan) -> str:
+    """The plan as an aligned ``key : value`` block (the run banner uses it too)."""
+    rank_text = rank_span(plan.global_ranks)
+    port = str(plan.master_port) if plan.master_port else "auto"
+    devices = (f"GPUs {','.join(plan.visible_devices)}"
+               + (f" ({plan.gpu_names[0]})" if plan.gpu_names else "")
+               if plan.device == "cuda" else "CPU")
+    src = plan.source
+    rows = [
+        ("platform", plan.platform, ", ".join(plan.platforms[1:]) and
+         "also seen: " + ", ".join(plan.platforms[1:])),
+        ("nodes", str(plan.nnodes), src.get("nnodes", "")),
+        ("node rank", str(plan.node_rank), src.get("node_rank", "")),
+        ("master", join_host_port(plan.master_addr, port),
+         f"{src.get('master_addr', '')}; port: {src.get('master_port', '')}"),
+        ("processes per node", str(plan.nproc_per_node), src.get("nproc_per_node", "")),
+        ("devices", devices, ""),
+        ("world size", str(plan.world_size),
+         f"{plan.nnodes} node{'s' if plan.nnodes != 1 else ''} x {plan.nproc_per_node}"),
+        ("global ranks", rank_text, f"on {plan.hostname}"),
+        ("backend", plan.backend, src.get("backend", "")),
+        ("run id", plan.run_id, src.get("run_id", "")),
+        ("log dir", plan.log_dir, src.get("log_dir", "")),
+    ]
+    if plan.world_size_reading:
+        rows.append(("WORLD_SIZE", plan.world_size_reading, ""))
+    if plan.command:
+        from ..reports.redact import redact_argv
+
+        rows.append(("command", " ".join(redact_argv(plan.command.argv())), ""))
+    width = max(len(key) for key, _, _ in rows)
+    vwidth = min(24, max(len(value) for _, value, _ in rows))
+    lines = [f"meshrun {plan.version}"]
+    for key, value, why in rows:
+        line = f"  {key.ljust(width)} : {value.ljust(vwidth)}"
+        if why:
+            line += f"  ({why})"
+        lines.append(line.rstrip())
+    for var in plan.env:
+        value = var.value if len(var.value) <= 80 else f"<{len(var.value)} bytes>"
+        lines.append(f"  {'env'.ljust(width)} : {var.name}={value}  ({var.reason})")
+    if plan.job is not None:
+        lines.append("job config")
+        lines += plan.job.describe_lines()
+    for warning in plan.warnings:
+        lines.append(f"  {'warning'.ljust(width)} : {warning}")
+    for note in plan.notes:
+        lines.append(f"  {'note'.ljust(width)} : {note}")
+    return "\n".join(lines)
+
