@@ -511,7 +511,7 @@ def _read_deepspeed(path: str, plan, job_dict) -> None:
 
 
 def _diagnose(args: argparse.Namespace, paths: list[str] | None) -> int:
-    from ..diagnose.engine import diagnose_files, render_text, to_json
+    from ..diagnose import diagnose_files, render_text, to_json
 
     if not paths:
         raise UsageError("'meshrun diagnose' needs log files or a run's log folder",

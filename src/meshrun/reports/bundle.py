@@ -60,7 +60,7 @@ def node_logs(plan: LaunchPlan) -> list[str]:
 
 def write_diagnosis(plan: LaunchPlan) -> list[str]:
     """Diagnose this node's logs; write diagnosis.node<k>.json; return the sentences."""
-    from ..diagnose.engine import diagnose_files, render_text, to_json
+    from ..diagnose import diagnose_files, render_text, to_json
 
     try:
         found = diagnose_files(node_logs(plan), job=plan.job, device=plan.device)

@@ -148,7 +148,7 @@ def _explain(plan) -> None:
     """One diagnosis of the whole run (every simulated node's logs share one folder), instead
     of one per node: each node agent wrote its own ``diagnosis.node<k>.json`` but printed
     nothing."""
-    from ..diagnose.engine import diagnose_files, render_text
+    from ..diagnose import diagnose_files, render_text
 
     try:
         found = diagnose_files([plan.log_dir], job=plan.job, device=plan.device)

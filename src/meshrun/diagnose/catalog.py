@@ -1,0 +1,686 @@
+"""The catalog: every known failure, as data a contributor extends without reading the
+engine (docs/diagnose.md, "Adding a signature"). Each entry gives a code, a summary, regexes,
+a cause and a fix (text, or a function of :mod:`.causes` when they read the message), a
+tier and what it matches in words. Checked when loaded (:func:`_check_catalog`): codes
+kebab-case, every regex with a literal every match contains, known tiers, suppressed codes
+that exist. This module is longer than the others because it is a table: one entry per
+failure, ~60 of them."""
+
+from __future__ import annotations
+
+import re
+
+from .causes import (
+    HANG_RE,
+    NODE_LOST_RE,
+    abi_cause,
+    arch_cause,
+    barrier_cause,
+    barrier_fix,
+    barrier_priority,
+    bootstrap_cause,
+    cpu_torch_cause,
+    cpu_torch_fix,
+    dns_cause,
+    download_cause,
+    driver_cause,
+    dup_gpu_cause,
+    hang_expand,
+    ifname_cause,
+    killed_by,
+    meshrun_fix,
+    module_cause,
+    nccl_detail,
+    nccl_last_error,
+    nccl_not_built_cause,
+    node_lost_cause,
+    only_when_raised,
+    oom_cause,
+    oom_fix,
+    port_cause,
+    space_cause,
+    toolkit_cause,
+    unless_warning,
+    watchdog_cause,
+)
+from .records import ADVICE, EFFECT, FAULT, LOST, SETUP, Signature, sig
+
+# --- the catalog ------------------------------------------------------------------------------
+
+_NCCL_DEBUG = "rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET and read the first 'NCCL WARN'"
+_PEERS_FIRST = ("this rank is a victim: look for the first failure on the other ranks "
+                "(meshrun diagnose over every node's and rank's log)")
+
+CATALOG: tuple[Signature, ...] = (
+    # -- setup ------------------------------------------------------------------------------
+    sig("preflight-mismatch", "nodes differ (preflight)",
+         [r"meshrun: error: preflight: (?P<summary>[^;]+)",
+          r"meshrun: error: required path (?P<path>\S+) does not exist on this node"],
+         lambda h: (f"meshrun's preflight found that {h.group('summary').strip()}; no worker was "
+                    "started" if h.group("summary") else
+                    f"the required path {h.group('path')} is missing on this node"),
+         meshrun_fix("make the nodes identical (same image, same code), or --no-preflight"),
+         SETUP, "meshrun's `meshrun: error: preflight: ...` and missing `--require-path` lines"),
+    sig("torch-missing", "torch is not installed",
+         [r"No module named '?torch'?(?:\s|$)"],
+         "the Python that runs this rank has no torch: a different interpreter, virtualenv or "
+         "image than the one meshrun was installed in",
+         "install torch in the environment meshrun runs from (python -m pip install torch), or "
+         "activate the same environment on every node; workers use meshrun's own interpreter",
+         SETUP, "`ModuleNotFoundError: No module named 'torch'`",
+         suppresses=("python-module-missing",)),
+    sig("numpy-version-mismatch", "numpy too new for this torch",
+         [r"compiled using NumPy 1\.x cannot be run in",
+          r"_ARRAY_API not found"],
+         "numpy 2 is installed but this torch (or another extension) was built against numpy "
+         "1.x: torch cannot use numpy (\"Numpy is not available\", \"Failed to initialize "
+         "NumPy\"), and torch.distributed's object collectives fail",
+         "install a numpy the build supports (python -m pip install 'numpy<2'), or a torch "
+         "built for numpy 2 (torch >= 2.3); the same on every node",
+         unless_warning(SETUP), "`A module that was compiled using NumPy 1.x cannot be run "
+         "in NumPy 2`, `_ARRAY_API not found` (advice only in a warning)",
+         suppresses=("numpy-missing",)),
+    sig("numpy-missing", "numpy is not installed",
+         [r"RuntimeError: Numpy is not available", r"Failed to initialize NumPy",
+          r"No module named '?numpy'?(?:\s|$)"],
+         "torch cannot use numpy on this rank: numpy is not installed in the environment the "
+         "workers run in (torch's wheel does not depend on it), and torch.distributed's object "
+         "collectives (broadcast_object_list, all_gather_object), DataLoader collation of numpy "
+         "arrays and tensor.numpy() need it",
+         "install numpy in the environment meshrun runs from (python -m pip install numpy), on "
+         "every node; a package that needs it should declare it",
+         unless_warning(SETUP), "`RuntimeError: Numpy is not available`, `Failed to "
+         "initialize NumPy`, `No module named 'numpy'` (advice only in torch's import "
+         "warning: the run may have failed of something else)",
+         suppresses=("python-module-missing",)),
+    sig("cuda-on-cpu-torch", "CUDA asked of a CPU-only torch",
+         [r"module 'torch\._C' has no attribute '_cuda_\w+'",
+          r"Torch not compiled with CUDA enabled"],
+         cpu_torch_cause, cpu_torch_fix,
+         SETUP, "`module 'torch._C' has no attribute '_cuda_setDevice'` (and other `_cuda_*`), "
+         "`Torch not compiled with CUDA enabled`; the cause and fix follow meshrun's plan (a "
+         "CPU run: the script forces CUDA; a GPU node: the torch build)",
+         suppresses=("cuda-init-failed",)),
+    sig("nccl-not-built", "torch without NCCL",
+         [r"Distributed package doesn't have NCCL built in"],
+         nccl_not_built_cause,
+         "use the gloo backend where there is no NCCL: backend=os.environ['MESHRUN_BACKEND'] "
+         "(meshrun sets gloo on CPU runs) or meshrun.init_distributed(); for GPUs, run on Linux "
+         "with a CUDA build of torch",
+         SETUP, "`Distributed package doesn't have NCCL built in`"),
+    sig("gpu-arch-unsupported", "GPU too new (or old) for the build",
+         [r"with CUDA capability (?P<sm>sm_\d+) is not compatible with the current PyTorch",
+          r"no kernel image is available for execution on the device"],
+         arch_cause,
+         "install a torch built for this GPU (Blackwell sm_120 needs the CUDA 12.8 wheels or "
+         "newer), and rebuild compiled extensions with TORCH_CUDA_ARCH_LIST naming every GPU "
+         "model the job runs on (e.g. 8.0;9.0)",
+         SETUP, "`with CUDA capability sm_N is not compatible with the current PyTorch "
+         "installation`, `no kernel image is available for execution on the device`",
+         suppresses=("nccl-unhandled-cuda-error", "cuda-illegal-memory-access")),
+    sig("cuda-toolkit-mismatch", "CUDA toolkit differs from torch's",
+         [(r"Installed CUDA version (?P<sys>\S+) does not match the version torch was compiled "
+           r"with (?P<torch>[\d.]+)")],
+         toolkit_cause,
+         "install the CUDA toolkit of torch's version and point CUDA_HOME at it (nvcc --version "
+         "must agree with torch.version.cuda), or use prebuilt ops/wheels (DeepSpeed: "
+         "DS_BUILD_OPS=0 and its JIT, or an image that has them)",
+         SETUP, "`Installed CUDA version X does not match the version torch was compiled with Y` "
+         "(DeepSpeed's and torch's extension builders)"),
+    sig("fabric-manager-fault", "NVSwitch fabric manager fault",
+         [(r"transport/nvls\.cc:\d+ NCCL WARN Cuda failure (?:\d+ )?'(?:invalid argument|"
+           r"system not yet initialized|operation not supported)'"),
+          r"CUDA error: system not yet initialized"],
+         "the GPUs' NVSwitch fabric is not ready: on HGX/DGX systems (H100, H200, A100 with "
+         "NVSwitch) the fabric manager (nvidia-fabricmanager) is not running, or was restarted "
+         "without resetting the GPUs, so NCCL's NVLink SHARP set-up (or CUDA itself) fails",
+         "check systemctl status nvidia-fabricmanager on the node; start it, reset the GPUs "
+         "(nvidia-smi -r) or reboot the node; NCCL_NVLS_ENABLE=0 avoids NVLS meanwhile",
+         SETUP, "NCCL's `transport/nvls.cc: NCCL WARN Cuda failure ...`, `CUDA error: system not "
+         "yet initialized`",
+         suppresses=("nccl-unhandled-cuda-error", "nccl-internal-error", "cuda-init-failed")),
+    sig("nccl-interface-not-found", "NCCL has no usable interface",
+         [r"no socket interface found",
+          r"with family \d+ is neither AF_INET\(2\) nor AF_INET6\(10\)"],
+         ifname_cause,
+         "set NCCL_SOCKET_IFNAME to an interface this node has (ip -br addr), or unset it and "
+         "let meshrun choose per node (it names the interface holding the route to the master); "
+         "a leading '^' excludes names, '=' matches one exactly",
+         SETUP, "NCCL's `Bootstrap : no socket interface found`, `... is neither AF_INET(2) nor "
+         "AF_INET6(10)`", suppresses=("nccl-internal-error", "nccl-system-error")),
+    sig("launcher-env-missing", "started without a launcher",
+         [r"environment variable (?P<var>[A-Z_]+) expected, but not set",
+          (r"KeyError: '(?P<var>RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|MASTER_ADDR|"
+           r"MASTER_PORT)'")],
+         lambda h: (f"the script reads {h.group('var')}, which a launcher sets for every process "
+                    "(torchrun, meshrun run), but it was started without one (python train.py), "
+                    "or the launcher's environment did not reach it"),
+         "start it through a launcher: meshrun run -- train.py (it sets RANK, LOCAL_RANK, "
+         "WORLD_SIZE, MASTER_ADDR and MASTER_PORT for every worker), or meshrun simulate to try "
+         "several nodes on one machine",
+         SETUP, "`environment variable MASTER_ADDR expected, but not set`, `KeyError: 'RANK'` "
+         "(and LOCAL_RANK, WORLD_SIZE, MASTER_PORT)"),
+    sig("local-rank-argument", "--local-rank not accepted",
+         [r"unrecognized arguments: .*--local[-_]rank(?:[= ]\d+|\s|$)"],
+         "the launcher passed --local-rank=N (torch.distributed.launch since torch 2.0 writes it "
+         "with a dash) but the script's argparse only knows --local_rank, so every worker exits "
+         "with code 2",
+         "read the local rank from the environment (int(os.environ['LOCAL_RANK'])): meshrun and "
+         "torchrun set it and pass no argument; or declare both spellings: "
+         "parser.add_argument('--local-rank', '--local_rank', type=int)",
+         SETUP, "`error: unrecognized arguments: --local-rank=0`"),
+    sig("script-crlf", "shell script with Windows line endings",
+         [r"\$'\\r': command not found", r"'\\r'\] exits with return code",
+          r"bad interpreter: .*\^M", r"\.sh: line \d+: --[\w-]+: command not found"],
+         "the launch script has Windows (CRLF) line endings, or a space after a line-ending "
+         "backslash: each continued line became its own command, so the launcher got a stray "
+         "'\\r' and the training flags never reached the script",
+         "convert the script to Unix line endings (dos2unix script.sh, or sed -i 's/\\r$//' "
+         "script.sh) and keep nothing after a line-ending backslash",
+         SETUP, "`$'\\r': command not found`, `'\\r'] exits with return code`, `script.sh: line "
+         "N: --flag: command not found`", suppresses=("python-module-missing",)),
+    sig("hostname-lookup-failed", "`hostname -I` unsupported",
+         [r"Command '\['hostname -I'\]' returned non-zero exit status",
+          r"hostname: invalid option -- 'I'"],
+         "the launcher asked `hostname -I` for this node's address (DeepSpeed's MPI discovery "
+         "does) and this host's hostname command (GNU inetutils) has no -I option",
+         "give the master address yourself (MASTER_ADDR / --master_addr, meshrun's "
+         "--master-addr) so no discovery runs, or install the Debian/Ubuntu 'hostname' package "
+         "whose hostname knows -I",
+         SETUP, "`Command '['hostname -I']' returned non-zero exit status`, `hostname: invalid "
+         "option -- 'I'`"),
+    sig("network-download-failed", "cannot reach the download host",
+         [r"Failed to resolve '(?P<site>[^']+)'",
+          r"HTTPSConnectionPool\(host='(?P<site>[^']+)', port=\d+\): Max retries exceeded",
+          r"We couldn't connect to '(?P<site>https?://[^']+)'"],
+         download_cause,
+         "download the files beforehand to storage every node sees (huggingface-cli download "
+         "..., HF_HOME on a shared volume) and set HF_HUB_OFFLINE=1 (HF_DATASETS_OFFLINE=1) in "
+         "the job, or give the compute nodes a proxy",
+         only_when_raised(SETUP), "`Failed to resolve 'huggingface.co'`, "
+         "`HTTPSConnectionPool(...): Max retries exceeded`, `We couldn't connect to "
+         "'https://huggingface.co'`, on the exception that ended the rank (a retry warning "
+         "is advice)",
+         suppresses=("master-dns-failure",)),
+    sig("worker-bad-input", "the job's input refused",
+         [r"^meshrun: error: (?P<msg>.+?); fix: (?P<hint>.+)$"],
+         lambda h: h.match["msg"], lambda h: h.match["hint"],
+         SETUP, "`meshrun: error: ...; fix: ...` printed by a worker: a job config, "
+         "MESHRUN_* variable or checkpoint the training side refused",
+         worker_only=True),
+    sig("python-module-missing", "a Python module is missing",
+         [r"ModuleNotFoundError: No module named '(?P<mod>[\w.]+)'"],
+         module_cause,
+         "start the launcher from the environment that has the module (python -m "
+         "torch.distributed.run, or meshrun from that environment: workers use meshrun's own "
+         "interpreter), or install it there; one image or lock file for every node (meshrun's "
+         "preflight compares installed packages across nodes)",
+         SETUP, "`ModuleNotFoundError: No module named 'X'` for any other module"),
+    sig("torch-abi-mismatch", "extension built for another torch",
+         [r"(?P<so>/\S+\.so)[^:]*: undefined symbol: (?P<sym>\S+)",
+          r"undefined symbol: (?P<sym>\S+)"],
+         abi_cause,
+         "reinstall that package against this torch (pip install --force-reinstall "
+         "--no-build-isolation PACKAGE), or install the torch it was built for; use one image "
+         "on every node",
+         SETUP, "`ImportError: ...so: undefined symbol: ...`"),
+    sig("cuda-driver-too-old", "NVIDIA driver too old",
+         [r"The NVIDIA driver on your system is too old \(found version (?P<ver>\d+)\)",
+          r"CUDA driver version is insufficient for CUDA runtime version"],
+         driver_cause,
+         "update the NVIDIA driver on this node, or install a torch built for an older CUDA "
+         "(e.g. pip install torch --index-url https://download.pytorch.org/whl/cu118)",
+         SETUP, "`The NVIDIA driver on your system is too old (found version N)`, "
+         "`CUDA driver version is insufficient`", suppresses=("cuda-init-failed",)),
+    sig("cuda-init-failed", "CUDA unavailable",
+         [r"No CUDA GPUs are available", r"no CUDA-capable device is detected",
+          r"Found no NVIDIA driver on your system", r"CUDA driver initialization failed",
+          r"CUDA-capable device\(s\) is/are busy or unavailable",
+          r"all CUDA-capable devices are busy or unavailable"],
+         "CUDA could not start on this node: no GPU visible to the process "
+         "(CUDA_VISIBLE_DEVICES empty or wrong, a container without --gpus), no "
+         "driver, or GPUs held in exclusive mode by another process",
+         "check nvidia-smi on the node and CUDA_VISIBLE_DEVICES in the rank's "
+         "environment; in Docker pass --gpus all; let meshrun set the devices",
+         SETUP, "`No CUDA GPUs are available`, `no CUDA-capable device is detected`, `Found no "
+         "NVIDIA driver`, `busy or unavailable`"),
+    sig("gpu-not-visible", "torch sees no GPU",
+         [r"But your machine only has: \[\]",
+          r"ProcessGroupNCCL is only supported with GPUs, no GPUs found"],
+         "the script asks for GPUs but torch sees none: this torch is a CPU-only build, or "
+         "CUDA cannot start here (no driver, a container without --gpus, "
+         "CUDA_VISIBLE_DEVICES empty); the message alone does not say which",
+         "python -c 'import torch; print(torch.version.cuda, torch.cuda.is_available())' in the "
+         "workers' environment: None means a CPU-only torch (install a CUDA build), False "
+         "with a version means the driver or the container (nvidia-smi, --gpus all); on a CPU "
+         "run make the script follow the plan (meshrun.init_distributed().device)",
+         SETUP, "Lightning's `You requested GPUs: [0] But your machine only has: []`, "
+         "`ProcessGroupNCCL is only supported with GPUs, no GPUs found`", names_cause=False),
+    sig("gpu-hardware-error", "GPU hardware error",
+         [r"uncorrectable ECC error encountered", r"GPU has fallen off the bus",
+          r"NVRM: Xid \((?P<pci>[^)]*)\): (?P<xid>\d+)", r"uncorrectable NVLink error"],
+         "the GPU reported a hardware fault (ECC, NVLink, Xid, fell off the bus); the software "
+         "is not at fault",
+         "take the node out of the pool (SLURM: --exclude, Kubernetes: cordon), check "
+         "nvidia-smi -q -d ECC and the kernel log (dmesg | grep Xid), and reset or replace the GPU",
+         SETUP, "`uncorrectable ECC error`, `GPU has fallen off the bus`, `NVRM: Xid`"),
+    sig("invalid-device-ordinal", "invalid GPU index",
+         [r"invalid device ordinal"],
+         "this rank asked for a GPU index this node does not have: more processes than "
+         "visible GPUs, or the script used the global RANK (or a fixed cuda:N) where it needs "
+         "LOCAL_RANK",
+         "call torch.cuda.set_device(int(os.environ['LOCAL_RANK'])) (or meshrun.init_distributed"
+         "()), and let meshrun choose the processes per node from the visible GPUs",
+         SETUP, "`CUDA error: invalid device ordinal`"),
+    sig("duplicate-gpu", "two ranks on one GPU",
+         [(r"Duplicate GPU detected : rank (?P<rank>\d+) and rank (?P<other>\d+) both on CUDA "
+          r"device (?P<bus>\w+)")],
+         dup_gpu_cause,
+         "call torch.cuda.set_device(int(os.environ['LOCAL_RANK'])) before creating the process "
+         "group (meshrun.init_distributed() does), and do not pin CUDA_VISIBLE_DEVICES to one GPU "
+         "per node",
+         SETUP, "NCCL's `Duplicate GPU detected : rank A and rank B both on CUDA device X`",
+         suppresses=("nccl-invalid-usage",)),
+    sig("port-in-use", "port already in use",
+         [r"meshrun: error: port (?P<port>\d+) on this host \(node 0\) is already in use",
+          r"port: (?P<port>\d+), useIpv6: \w+, code: -98, name: EADDRINUSE",
+          r"EADDRINUSE", r"[Aa]ddress already in use", r"\[Errno 98\]"],
+         port_cause,
+         meshrun_fix("choose another --master-port (or let meshrun pick one), or find the "
+                      "process holding it with 'ss -ltnp'"),
+         SETUP, "`EADDRINUSE`, `Address already in use`, `[Errno 98]`, meshrun's `port N ... is "
+         "already in use`", exclude=r"ignoring the error"),
+    sig("master-dns-failure", "master address does not resolve",
+         [r"meshrun: error: the master address (?P<target>\S+) does not resolve",
+          (r"network addresses of \((?P<target>[^,()]+), (?P<port>\d+)\) cannot be retrieved "
+          r"\(gai error: -?\d+ - (?:Name or service not known|Temporary failure in name "
+          r"resolution|No address associated with hostname)\)"),
+          (r"socket\.gaierror: \[Errno -?\d+\] (?:Name or service not known|Temporary failure "
+          r"in name resolution|nodename nor servname provided)"),
+          r"getaddrinfo failed",
+          r"host not found: (?:Name or service not known|Temporary failure in name resolution)",
+          r"TCPStore.*(?:Name or service not known|Temporary failure in name resolution)",
+          r"rendezvous.*(?:Name or service not known|Temporary failure in name resolution)",
+          r"MASTER_ADDR.*(?:Name or service not known|Temporary failure in name resolution)"],
+         dns_cause,
+         meshrun_fix("check the name on this node (getent hosts NAME); on Kubernetes check the "
+                      "headless Service and the pod's subdomain; or pass node 0's IP address "
+                      "as --master-addr"),
+         SETUP, "torch's `cannot be retrieved (gai error: ... Name or service not known)` "
+         "together with a failed connect to the same host, `socket.gaierror`, meshrun's `does "
+         "not resolve`",
+         confirm=r"(?:trying to connect to \(|failed to connect to \(?|to host |master address )"
+                 r"\[?{target}\b",
+         suppresses=("rendezvous-connection-error", "master-unreachable")),
+    sig("address-family-mismatch", "IPv4/IPv6 mismatch",
+         [r"gaierror: \[Errno -9\] Address family for hostname not supported",
+          r"(?:OSError|socket\.error): \[Errno 97\] Address family not supported by protocol",
+          r"ss1\.ss_family == ss2\.ss_family\. \d+ vs \d+"],
+         "the master address resolves only to IPv6 (or only IPv4) while the socket was opened "
+         "for the other family",
+         "pass an IPv4 address as --master-addr (or a name with an A record); for NCCL/Gloo set "
+         "NCCL_SOCKET_FAMILY=AF_INET or the interface with NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME",
+         SETUP, "`socket.gaierror: [Errno -9] Address family for hostname not supported`, "
+         "`OSError: [Errno 97] Address family not supported by protocol` (not torch's warning "
+         "with the same words, printed whenever it tries IPv6 first)"),
+    sig("duplicate-rank", "two processes with one rank",
+         [r"initializing ddp: GLOBAL_RANK: (?P<rank>\d+), MEMBER: \d+/(?P<world>\d+)"],
+         lambda h: (f"two processes started as global rank {h.group('rank')} of "
+                    f"{h.group('world')}: the launcher started more processes than the script's "
+                    "world (SLURM --nodes/--ntasks-per-node not matching the Trainer's num_nodes "
+                    "x devices, or srun around a launcher that starts its own processes), so "
+                    "the ranks collide and the job hangs or fails"),
+         "start one task per device with SLURM (--nodes=N --ntasks-per-node=devices) and the "
+         "same num_nodes/devices in the Trainer, or one meshrun per node (meshrun render slurm "
+         "writes it)",
+         SETUP, "Lightning's `initializing ddp: GLOBAL_RANK: r, MEMBER: k/N` printed twice for "
+         "one rank with no failure between (a restart announces it again)",
+         confirm=(r"GLOBAL_RANK: {rank}, MEMBER: (?:(?!Traceback|Error|restart|Restart)"
+                  r"[\s\S])*?GLOBAL_RANK: {rank}, MEMBER: ")),
+    sig("duplicate-node-rank", "two nodes with one rank",
+         [(r"meshrun: error: node rank (?P<node>\d+) is already taken by (?P<holder>.+?): two "
+          r"nodes were given the same rank")],
+         lambda h: (f"two nodes were started as node {h.group('node')}; the other one is "
+                    f"{h.group('holder')}"),
+         meshrun_fix("give every node its own rank 0..N-1 (check NODE_RANK/RANK on each node)"),
+         SETUP, "meshrun's `node rank N is already taken by ...`"),
+    sig("store-other-job", "another job's store",
+         [(r"meshrun: error: the store at (?P<where>\S+) belongs to run '(?P<theirs>[^']*)', not "
+          r"to this run '(?P<ours>[^']*)'")],
+         lambda h: (f"the store at {h.group('where')} belongs to run {h.group('theirs')!r}: two "
+                    "jobs use the same master address and port, or the nodes of one job got "
+                    "different run ids"),
+         meshrun_fix("give each job its own --master-port, and the same --run-id on all nodes "
+                      "of one job"),
+         SETUP, "meshrun's `the store at ... belongs to run 'A', not to this run 'B'`"),
+    sig("too-many-nodes", "more nodes than expected",
+         [(r"meshrun: error: (?P<joined>\d+) nodes joined the store at (?P<where>\S+) but the job "
+          r"has (?P<nnodes>\d+)")],
+         lambda h: (f"{h.group('joined')} nodes joined a job of {h.group('nnodes')}: two jobs "
+                    "share the master address and port, or the node count differs between nodes"),
+         meshrun_fix("give every job its own --master-port and check --nnodes on every node"),
+         SETUP, "meshrun's `N nodes joined the store at ... but the job has M`"),
+    # -- fault ------------------------------------------------------------------------------
+    sig("cuda-oom", "CUDA out of memory",
+         [(r"CUDA out of memory\.(?: Tried to allocate (?P<size>[\d.]+ [KMGT]?i?B)\.?)?"
+          r"(?: GPU (?P<gpu>\d+) has a total capac?i?ty of (?P<total>[\d.]+ [KMGT]?i?B) of which "
+          r"(?P<free>[\d.]+ [KMGT]?i?B|0 bytes) is free)?"
+          r"(?: \(GPU (?P<gpu_old>\d+); (?P<total_old>[\d.]+ [KMGT]?i?B) total capacity; "
+          r"[^;]*; (?P<free_old>[\d.]+ [KMGT]?i?B) free)?"),
+          r"CUDA error: out of memory", r"CUBLAS_STATUS_ALLOC_FAILED"],
+         oom_cause, oom_fix,
+         FAULT, "`torch.OutOfMemoryError: CUDA out of memory. Tried to allocate X`, `CUDA error: "
+         "out of memory`, `CUBLAS_STATUS_ALLOC_FAILED`"),
+    sig("host-oom-killed", "killed (host out of memory)",
+         [r"Signal 9 \(SIGKILL\) received by PID", r"^\s*exitcode\s*:\s*-9 \(pid",
+          r"failed \(exitcode: -9\) local_rank", r"exits with return code = -9\b",
+          killed_by("SIGKILL"), r"Out of memory: Kill(?:ed)? process (?P<pid>\d+)",
+          r"Memory cgroup out of memory", r"\boom-kill(?:er)?\b", r"^Killed$",
+          r"is killed by signal: Killed"],
+         "the process was killed with SIGKILL and left no Python traceback: almost always the "
+         "kernel's out-of-memory killer (host RAM or the container's memory limit), sometimes "
+         "the scheduler",
+         "check the node's kernel log (dmesg -T | grep -i -e oom -e killed) or the pod's "
+         "OOMKilled status; use fewer DataLoader workers, load data lazily, or raise the memory "
+         "limit",
+         FAULT, "`exitcode : -9` / `Signal 9 (SIGKILL)` in the root cause, meshrun's `was killed "
+         "by SIGKILL`, the kernel's `Out of memory: Killed process`, a bare `Killed`"),
+    sig("shm-too-small", "shared memory too small",
+         [r"unable to write to file </torch_\w+>", r"insufficient shared memory \(shm\)",
+          r"No space left on device: '/dev/shm/",
+          r"out of shared memory", r"Signal 7 \(SIGBUS\) received by PID",
+          r"^\s*exitcode\s*:\s*-7 \(pid", killed_by("SIGBUS"), r"^Bus error\b",
+          r"failed \(exitcode: -7\) local_rank", r"exits with return code = -7\b",
+
+          r"Error while creating shared memory segment", (r"unable to (?:open|allocate) shared "
+          r"memory")],
+         "/dev/shm is too small for the DataLoader workers, their semaphores, or NCCL's "
+         "shared-memory transport: "
+         "containers get 64 MB by default",
+         "run the container with --ipc=host or --shm-size=16g (Kubernetes: an emptyDir with "
+         "medium: Memory mounted at /dev/shm), or use fewer DataLoader workers",
+         FAULT, "`unable to write to file </torch_...>`, `insufficient shared memory (shm)`, "
+         "SIGBUS / `Bus error`, NCCL's `Error while creating shared memory segment`",
+         suppresses=("disk-full", "nccl-system-error")),
+    # Semaphores and shared tensors live in /dev/shm: "No space left on device" from a
+    # multiprocessing lock or a /dev/shm path is the container's shm, not the disk.
+    sig("shm-too-small", "shared memory too small",
+         [r"No space left on device(?!: '(?!/dev/shm))"],
+         "/dev/shm is full: the DataLoader workers' semaphores and shared tensors live there, "
+         "and containers get 64 MB by default (the disk itself may have room)",
+         "run the container with --ipc=host or --shm-size=16g (Kubernetes: an emptyDir with "
+         "medium: Memory mounted at /dev/shm), or use fewer DataLoader workers",
+         FAULT, "`No space left on device` from a multiprocessing semaphore (`SemLock` in the "
+         "traceback), not naming a path outside /dev/shm",
+         confirm=r"_multiprocessing\.SemLock|SemLock\.__init__", suppresses=("disk-full",)),
+    sig("disk-full", "disk full",
+         [r"\[Errno 28\] No space left on device: '(?P<path>[^']+)'", r"No space left on device",
+          r"Disk quota exceeded", r"\[Errno 122\]",
+          r"write\(\): fd \d+ failed with (?:Input/output error|No space left)"],
+         space_cause,
+         "free space or write checkpoints elsewhere (--checkpoint-dir on a larger filesystem); "
+         "keep fewer checkpoints; check df -h and quotas on every node",
+         FAULT, "`No space left on device`, `Disk quota exceeded`"),
+    sig("too-many-open-files", "too many open files",
+         [r"Too many open files", r"\[Errno 24\]", r"received \d+ items of ancdata"],
+         "the process hit its open-file limit: DataLoader workers pass tensors through file "
+         "descriptors, one per shared tensor",
+         "raise the limit (ulimit -n 1048576 in the job script, LimitNOFILE for services), or "
+         "torch.multiprocessing.set_sharing_strategy('file_system')",
+         FAULT, "`Too many open files`, `[Errno 24]`, `received 0 items of ancdata`"),
+    sig("segfault", "segmentation fault",
+         [r"Signal 11 \(SIGSEGV\) received by PID", r"^\s*exitcode\s*:\s*-11 \(pid",
+          r"failed \(exitcode: -11\) local_rank", r"exits with return code = -11\b",
+          killed_by("SIGSEGV"), r"Segmentation fault", r"Fatal Python error: Segmentation"],
+         "the process crashed in native code (a CUDA/C++ extension, a driver, or mismatched "
+         "library versions)",
+         "rerun with PYTHONFAULTHANDLER=1 to get the Python stack of the crash; check that "
+         "compiled extensions match this torch and that every node runs the same image",
+         FAULT, "`exitcode : -11` / SIGSEGV, `Segmentation fault`"),
+    sig("cuda-device-assert", "CUDA device-side assert",
+         [r"device-side assert triggered", r"\.cu:\d+: .*Assertion `[^`]+` failed"],
+         "a CUDA kernel's bounds check failed: usually a class label or index out of range "
+         "(labels >= number of classes, negative indices, an embedding index >= vocabulary)",
+         "check label and index ranges on CPU for the failing batch; rerun with "
+         "CUDA_LAUNCH_BLOCKING=1 to see the operation that failed",
+         FAULT, "`device-side assert triggered`, a kernel's `Assertion ... failed`"),
+    sig("cuda-illegal-memory-access", "illegal memory access on the GPU",
+         [r"an illegal memory access was encountered"],
+         "a CUDA kernel read or wrote outside its memory: a bug in a custom/compiled kernel, a "
+         "version mismatch of an extension, or (rarely) faulty hardware",
+         "rerun with CUDA_LAUNCH_BLOCKING=1 (and compute-sanitizer) to find the kernel; update or "
+         "rebuild custom extensions for this torch",
+         FAULT, "`CUDA error: an illegal memory access was encountered`"),
+    sig("device-mismatch", "tensors on different devices",
+         [r"Expected all tensors to be on the same device",
+          r"Input type \(torch\.cuda\.\w+\) and weight type \(torch\.\w+\) should be the same",
+          r"Tensor on device \S+ is not on the expected device \S+"],
+         "an operation mixed tensors on different devices (the model on GPU and the batch on "
+         "CPU, or on another rank's GPU)",
+         "move the model and every batch to the rank's device (model.to(device), "
+         "batch.to(device)) with device = cuda:LOCAL_RANK (meshrun.init_distributed().device)",
+         FAULT, "`Expected all tensors to be on the same device`"),
+    sig("pg-not-initialized", "process group not initialized",
+         [r"Default process group (?:has not been|is not) initialized"],
+         "the script used torch.distributed (a collective, DDP, a distributed sampler) before "
+         "creating the process group",
+         "call meshrun.init_distributed() (or torch.distributed.init_process_group("
+         "backend=os.environ['MESHRUN_BACKEND'])) at the start of the script",
+         FAULT, "`Default process group has not been initialized`"),
+    sig("nccl-unhandled-cuda-error", "NCCL: CUDA call failed",
+         [r"ncclUnhandledCudaError\b", r"unhandled cuda error"],
+         lambda h: ("a CUDA call inside NCCL failed on this rank (out of memory, a driver/"
+                    "CUDA mismatch, a GPU fault)" + nccl_last_error(h)),
+         "read NCCL's last error: 'out of memory' means the GPU was full (see cuda-oom), "
+         "'invalid argument'/'unknown error' point to the driver or a GPU fault; " + _NCCL_DEBUG,
+         FAULT, "`ncclUnhandledCudaError`, `unhandled cuda error`", names_cause=False),
+    sig("nccl-bootstrap-failed", "NCCL bootstrap could not connect",
+         [r"NCCL INFO bootstrap\.cc:\d+ -> 2\b",
+          r"socketStartConnect: Connect to (?P<peer>\S+) failed"],
+         bootstrap_cause,
+         "set NCCL_SOCKET_IFNAME to the interface that connects the nodes (meshrun sets it per "
+         "node from the route to the master; check the plan's env rows), and open the ports "
+         "between the nodes; " + _NCCL_DEBUG,
+         FAULT, "NCCL's `bootstrap.cc:N -> 2` (a system error in its TCP bootstrap), "
+         "`socketStartConnect: Connect to ADDR failed`",
+         suppresses=("nccl-system-error", "nccl-internal-error")),
+    sig("nccl-system-error", "NCCL system error",
+         [r"ncclSystemError\b", r"unhandled system error",
+          (r"NCCL WARN (?:Net|socket\w*|Call to connect)\b.*(?:Connection refused|No route to "
+          r"host|Connection timed out|Software caused connection abort)")],
+         lambda h: ("a system call NCCL made failed on this rank — nearly always the network "
+                    "between nodes (wrong interface, firewall, IB/RoCE setup) or a too small "
+                    "/dev/shm in a container" + nccl_detail(h)),
+         "set NCCL_SOCKET_IFNAME to the interface that connects the nodes (e.g. ib0, eth0), "
+         "open the ports between the nodes, use --ipc=host in Docker; " + _NCCL_DEBUG,
+         FAULT, "`ncclSystemError`, `unhandled system error`, NCCL WARN socket connect failures",
+         names_cause=False),
+    sig("nccl-internal-error", "NCCL internal error",
+         [r"ncclInternalError\b", r"internal error - please report this issue to the NCCL"],
+         lambda h: ("NCCL failed internally on this rank: usually a peer that disappeared in "
+                    "the middle of set-up, or different NCCL versions on the nodes"
+                    + nccl_last_error(h)),
+         "check the other ranks' logs for a failure first, and that every node has the same "
+         "torch/NCCL (meshrun's preflight compares them); " + _NCCL_DEBUG,
+         FAULT, "`ncclInternalError`", names_cause=False),
+    sig("nccl-invalid-usage", "NCCL invalid usage",
+         [r"ncclInvalidUsage\b", r"invalid usage \(run with NCCL_DEBUG",
+          r"NCCL error in: \S+, invalid usage"],
+         lambda h: ("NCCL rejected how it was called: mismatched collectives between ranks, a "
+                    "wrong device, or ranks on the same GPU" + nccl_last_error(h)),
+         "make every rank call the same collectives in the same order on its own GPU; "
+         + _NCCL_DEBUG,
+         FAULT, "`ncclInvalidUsage`", names_cause=False),
+    sig("ib-transport-error", "InfiniBand transport error",
+         [r"NET/IB ?: Got completion from peer (?P<peer>\S+) with (?:status=|error )(?P<err>\d+)",
+          r"\bIBV_WC_\w+_ERR\b"],
+         lambda h: ("an InfiniBand/RoCE transfer to "
+                    f"{h.group('peer') or 'a peer'} failed (work completion error"
+                    f"{' ' + h.group('err') if h.group('err') else ''}): a flaky link, switch "
+                    "or HCA, or the peer process died"),
+         "check the peer's log first; then the links (ibstat, ibv_devinfo, port error "
+         "counters); exclude the node if one HCA keeps failing",
+         FAULT, "NCCL's `NET/IB : Got completion from peer ... with error N`, `IBV_WC_*_ERR`",
+         suppresses=("nccl-remote-error",)),
+    sig("gloo-connect-failed", "Gloo could not connect",
+         [r"Gloo connectFullMesh failed with (?P<detail>.+)",
+          r"gloo/transport/tcp/\w+\.cc:\d+\] Connect timeout",
+          r"gloo/transport/tcp/\w+\.cc:\d+\].*Connection refused"],
+         "the ranks could not open Gloo connections to each other: Gloo picked an interface the "
+         "other nodes cannot reach (often the hostname resolving to 127.0.1.1), or a firewall",
+         "set GLOO_SOCKET_IFNAME to the interface that connects the nodes (e.g. eth0), open the "
+         "ports between the nodes, and make the host name resolve to a reachable address",
+         FAULT, "`Gloo connectFullMesh failed`, Gloo `Connect timeout` / `Connection refused`"),
+    sig("master-unreachable", "node 0 unreachable",
+         [r"meshrun: error: node 0's store at (?P<where>\S+) did not answer within (?P<secs>\d+) s",
+          r"\[c10d\].*\(errno: 11[13] - (?:Connection refused|No route to host)\)",
+          r"ConnectionRefusedError: \[Errno 111\]",
+          r"\[c10d\].*failed to connect.*(?:Connection refused|No route to host)"],
+         lambda h: (f"nothing answered at node 0's store {h.group('where') or ''}".rstrip()
+                    + ": node 0 is not running (yet, or any more), listens on another port, or a "
+                    "firewall blocks the port"),
+         meshrun_fix("start node 0 first with the same --master-addr/--master-port, and open "
+                      "the port between the nodes (test with nc -zv ADDR PORT)"),
+         FAULT, "meshrun's `node 0's store at ... did not answer`, torch's c10d `Connection "
+         "refused` / `No route to host`", suppresses=("rendezvous-connection-error",)),
+    # -- lost -------------------------------------------------------------------------------
+    sig("node-lost", "node lost",
+         [NODE_LOST_RE],
+         node_lost_cause,
+         "look at that node: its node log, the kernel log (dmesg: OOM killer, Xid GPU errors), "
+         "its network link; the other nodes' errors after this time are consequences",
+         LOST, "meshrun's watchdog: `meshrun: node K (host) is lost: last heartbeat N s ago`"),
+    sig("rank-hang", "rank hung",
+         [HANG_RE],
+         lambda h: (f"no rank made progress for {h.group('secs')} s; the stuck rank is inside "
+                    "a collective the others never reached, or blocked in data loading or I/O"),
+         "read the stack dumps meshrun wrote (stacks/rank<R>.txt in the run's log folder) to see "
+         "where the stuck rank waits; raise --hang-timeout if steps are really that long",
+         LOST, "meshrun's watchdog: `meshrun: job hung: no progress for N s; stuck: rank R on "
+         "node K (host), ...`", expand=hang_expand),
+    # -- effect -----------------------------------------------------------------------------
+    sig("nccl-remote-error", "NCCL peer gone",
+         [r"ncclRemoteError\b", r"remote process exited or there was a network error"],
+         lambda h: ("a peer of this rank exited or the network to it failed during a "
+                    "collective" + nccl_last_error(h)),
+         _PEERS_FIRST + "; if no rank crashed, check the network between the nodes",
+         EFFECT, "`ncclRemoteError`, `remote process exited or there was a network error`"),
+    sig("gloo-connection-lost", "Gloo peer gone",
+         [(r"gloo/transport/tcp/\w+\.cc:\d+\] (?:Connection closed by peer|Read error|Write "
+          r"error)")],
+         "a peer of this rank closed its Gloo connection: that rank crashed or was stopped",
+         _PEERS_FIRST,
+         EFFECT, "Gloo's `Connection closed by peer`, `Read error ... Connection reset by peer`"),
+    sig("nccl-watchdog-timeout", "NCCL collective timed out",
+         [(r"(?:\[Rank (?P<rank>\d+)\] )?Watchdog caught collective operation timeout: "
+          r"WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)[^)]*?(?:Timeout\(ms\)=(?P<timeout>"
+          r"\d+))?\) ran for (?P<ran>\d+) milliseconds"),
+          (r"(?:\[Rank (?P<rank>\d+)\] )?Work WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)"
+          r"[^)]*?(?:Timeout\(ms\)=(?P<timeout>\d+))?\) timed out in blocking wait"),
+          r"Some NCCL operations have failed or timed out"],
+         watchdog_cause,
+         _PEERS_FIRST + "; if a long step is expected (a checkpoint save, an evaluation on rank "
+         "0 only), raise the process-group timeout (MESHRUN_PG_TIMEOUT seconds, or "
+         "init_process_group(timeout=...))",
+         EFFECT, "`Watchdog caught collective operation timeout: WorkNCCL(SeqNum=N, OpType=OP, "
+         "...) ran for N milliseconds`, `timed out in blocking wait`"),
+    sig("gloo-timeout", "Gloo collective timed out",
+         [(r"gloo/transport/tcp/\w+\.cc:\d+\] Timed out waiting (?P<ms>\d+)ms for (?P<op>\w+) "
+          r"operation")],
+         lambda h: (f"this rank waited {int(h.group('ms', '0')) // 1000} s for a {h.group('op')} "
+                    "its peer never sent: the peer crashed, hung or took a different code path"),
+         _PEERS_FIRST + "; raise the process-group timeout only if the step is really that long",
+         EFFECT, "Gloo's `Timed out waiting Nms for recv operation to complete`"),
+    sig("store-barrier-timeout", "store barrier timed out",
+         [(r"Timed out after (?P<secs>\d+) seconds waiting for clients\. (?P<joined>\d+)/"
+          r"(?P<expected>\d+) clients joined"),
+          (r"store based barrier on rank:? (?P<rank>\d+), for key: \S+ \(world_size=(?P<expected>"
+          r"\d+), (?:num_workers_joined|worker_count)=(?P<joined>\d+)")],
+         barrier_cause, barrier_fix, barrier_priority,
+         "`DistStoreError: Timed out after N seconds waiting for clients. J/W clients joined.`, "
+         "the store-based barrier's `num_workers_joined=J` (too many: shared store or wrong "
+         "world size; too few: ranks missing)"),
+    sig("rendezvous-timeout", "rendezvous timed out",
+         [r"RendezvousTimeoutError"],
+         "not every node joined torch's rendezvous in time: a node did not start, or started "
+         "with another run id, endpoint or node count",
+         "start every node with the same command, --nnodes, --master-addr/--master-port and "
+         "run id; check the missing node's own log for why it did not join",
+         EFFECT, "`RendezvousTimeoutError`"),
+    sig("join-timeout", "nodes missing",
+         [(r"meshrun: error: only (?P<joined>\d+) of (?P<nnodes>\d+) nodes joined the store at "
+          r"(?P<where>\S+) within (?P<secs>\d+) s; missing node ranks: (?P<missing>[\d, ]+)")],
+         lambda h: (f"only {h.group('joined')} of {h.group('nnodes')} nodes joined within "
+                    f"{h.group('secs')} s; missing node ranks: {h.group('missing').strip()} "
+                    "(not started, or cannot reach node 0)"),
+         meshrun_fix("start meshrun on the missing nodes with the same --master-addr and "
+                      "--master-port, and check they can reach node 0"),
+         EFFECT, "meshrun's `only J of N nodes joined the store ... missing node ranks: ...`"),
+    sig("rendezvous-connection-error", "cannot reach the store",
+         [r"RendezvousConnectionError", (r"The client socket has timed out after (?P<after>\S+) "
+          r"while trying to connect to \((?P<target>[^,]+), (?P<port>\d+)\)"),
+          (r"TCP client failed to connect/validate to host (?P<target>\S+?):(?P<port>\d+) - "
+          r"timed out")],
+         lambda h: ("this node could not connect to the job's store"
+                    + (f" at {h.group('target')}:{h.group('port')}" if h.group("target") else "")
+                    + ": node 0 is not up yet, the address or port is wrong, or a firewall "
+                    "drops the connection"),
+         "check --master-addr/--master-port against node 0's banner, that node 0 is running, and "
+         "that the port is open between the nodes (nc -zv ADDR PORT)",
+         EFFECT, "`RendezvousConnectionError`, `The client socket has timed out after Nms while "
+         "trying to connect to (HOST, PORT)`"),
+    sig("store-connection-lost", "store connection lost",
+         [r"Connection was likely closed\. Did the remote server shutdown or crash\?"],
+         "this process lost its connection to the job's store on node 0: node 0 died, was "
+         "stopped or became unreachable",
+         "look at node 0's logs for why it stopped (meshrun diagnose with node0.log); if node 0 "
+         "is healthy, check the network between the nodes",
+         EFFECT, "torch's `Failed to recv, got 0 bytes. Connection was likely closed. Did the "
+         "remote server shutdown or crash?`"),
+    # -- advice -----------------------------------------------------------------------------
+    sig("nccl-socket-fallback", "NCCL over TCP sockets",
+         [r"NET/IB : No device found", r"NCCL INFO Using network Socket\b"],
+         "NCCL found no InfiniBand/RoCE device (or was told not to use it), so traffic between "
+         "nodes goes over TCP sockets: many times slower, and a cause of timeouts at scale",
+         "if the nodes have InfiniBand/RoCE: make the devices visible in the container "
+         "(/dev/infiniband, --privileged or the RDMA device plugin), unset NCCL_IB_DISABLE, and "
+         "check with ibv_devices; on a single node this is harmless",
+         ADVICE, "NCCL's `NET/IB : No device found`, `Using network Socket`"),
+)
+
+UNKNOWN_CODE = "unknown"
+
+
+def _check_catalog(catalog: tuple[Signature, ...]) -> dict[str, Signature]:
+    """Checked when the module loads (each :class:`Signature` checks its own code, tier and
+    words): every regex has a literal every match contains (how lines are skipped quickly),
+    every suppressed code exists, ``unknown`` is no signature's. Returns code -> its first
+    signature (a code may have several, e.g. two ways to see a full /dev/shm)."""
+    by_code: dict[str, Signature] = {}
+    for sig in catalog:
+        by_code.setdefault(sig.code, sig)
+    for sig in catalog:
+        if sig.code == UNKNOWN_CODE:
+            raise ValueError("'unknown' is the engine's code for what no signature knows")
+        for pattern, literal in zip(sig.patterns, sig.needles):
+            if literal is None:
+                raise ValueError(f"signature {sig.code}: {pattern.pattern!r} has no literal "
+                                 "every match contains (needle); give it a fixed word")
+        for other in sig.suppresses:
+            if other not in by_code:
+                raise ValueError(f"signature {sig.code} suppresses unknown code {other!r}")
+    return by_code
+
+
+BY_CODE = _check_catalog(CATALOG)
+
+
+def codes() -> list[str]:
+    """Every code the catalog can report (without ``unknown``), in catalog order."""
+    return list(BY_CODE)
+
+
+# Every pattern has a literal it cannot match without (tests check it): one regex of those
+# literals skips the many lines no signature can match.
+ANY = re.compile("|".join(sorted({re.escape(n or "") for s in CATALOG for n in s.needles},
+                                  key=len, reverse=True)))

@@ -1,0 +1,339 @@
+"""The causes and fixes a signature computes from its message (the numbers in an
+out-of-memory error, NCCL's last error, the store barrier's counts, the plan's device ...),
+and the formats meshrun itself prints (the watchdog's lines, its failure report). Pure."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .records import ADVICE, EFFECT, SETUP, TIERS, Hit
+
+# --- formats meshrun itself prints ------------------------------------------------------------
+
+#: ``meshrun.watchdog.node_lost_line``:
+#: "meshrun: node 1 (host-b) is lost: last heartbeat 12.3 s ago"
+NODE_LOST_RE = (r"meshrun: node (?P<node>\d+) \((?P<host>[^)]*)\)(?P<store>, which hosts the "
+                r"job's store,)? is lost: last heartbeat (?P<age>[\d.]+) s ago")
+#: ``meshrun.watchdog.hang_line``:
+#: "meshrun: job hung: no progress for 300 s; stuck: rank 3 on node 1 (host-b), ..."
+HANG_RE = r"meshrun: job hung: no progress for (?P<secs>[\d.]+) s; stuck: (?P<stuck>.+)$"
+_STUCK_RE = re.compile(r"rank (\d+) on node (\d+) \(([^)]*)\)")
+# launch.py: "meshrun: rank 1 on node 1 (vm) was killed by SIGKILL" / "... exited with code 1"
+MESHRUN_FAILED = re.compile(r"meshrun: rank (?P<rank>\d+) on node (?P<node>\d+) "
+                             r"\((?P<host>[^)]*)\)"
+                             r" (?:exited with code (?P<code>-?\d+)|was killed by (?P<sig>SIG\w+))")
+MESHRUN_DETAIL = re.compile(r"meshrun:\s{2,}\S")  # the indented lines after the failure line
+MESHRUN_FIRST_ERROR = re.compile(r"meshrun:\s+first error: (?P<line>.+)$")
+BANNER_RANKS = re.compile(r"^\s*global ranks\s*:\s*(?P<first>\d+)(?:-(?P<last>\d+))?\s+"
+                           r"\(on (?P<host>[^)\s]+)\)")
+BANNER_NODE = re.compile(r"^\s*node rank\s*:\s*(?P<node>\d+)\b")
+_HINT = re.compile(r"; fix: (?P<hint>.+)$")
+
+
+def killed_by(signal: str) -> str:
+    """launch.py's line for a worker killed by ``signal``, naming its rank and host."""
+    return (r"meshrun: rank (?P<rank>\d+) on node \d+ \((?P<host>[^)]*)\) was killed by "
+            + signal + r"\b")
+
+
+def meshrun_fix(default: str) -> Callable[[Hit], str]:
+    """The hint meshrun printed after '; fix:' on its own error line, else ``default``."""
+    def fix(hit: Hit) -> str:
+        found = _HINT.search(hit.line)
+        return found.group("hint").strip() if found else default
+    return fix
+
+
+# --- fixes with numbers -----------------------------------------------------------------------
+
+def fix_for_oom(per_device_batch: int | None, grad_accum: int | None = None,
+                effective_batch: int | None = None) -> str:
+    """The CUDA out-of-memory fix: a smaller micro-batch, more accumulation, same effective batch.
+
+    ``fix_for_oom(8, 1, 256)`` is "halve train.per_device_batch (8 -> 4) and double
+    train.grad_accum (1 -> 2): same effective batch 256". The batch is divided by its
+    smallest factor (3 -> 1 and accumulation x3 for an odd prime), so the product stays
+    exact. Without the per-device batch the advice is given in words; at a per-device
+    batch of 1 the memory has to come from elsewhere (sharding, checkpointing).
+    """
+    rest = ("; if it still does not fit, shard parameters and optimizer state (DeepSpeed ZeRO-3 "
+            "or FSDP) or enable activation checkpointing")
+    if per_device_batch is None:
+        return ("halve the per-device batch (train.per_device_batch) and double the gradient "
+                "accumulation (train.grad_accum): the effective batch stays the same" + rest)
+    if per_device_batch <= 1:
+        return ("train.per_device_batch is already 1, so the batch cannot shrink: shard "
+                "parameters and optimizer state (DeepSpeed ZeRO-3 or FSDP), enable activation "
+                "checkpointing, use a shorter sequence/clip, or GPUs with more memory")
+    accum = grad_accum if grad_accum and grad_accum > 0 else 1
+    smaller = max(d for d in range(1, per_device_batch // 2 + 1) if per_device_batch % d == 0)
+    factor = per_device_batch // smaller
+    same = f"same effective batch {effective_batch}" if effective_batch else "same effective batch"
+    batch = f"train.per_device_batch ({per_device_batch} -> {smaller})"
+    steps = f"train.grad_accum ({accum} -> {accum * factor})"
+    if factor == 2:
+        return f"halve {batch} and double {steps}: {same}"
+    return (f"lower {batch} and multiply {steps.replace(' (', f' by {factor} (', 1)}: "
+            f"{same}")
+
+
+def _job_numbers(job: Any) -> tuple[int | None, int | None, int | None]:
+    """(per_device_batch, grad_accum, effective_batch) from a JobConfig or its dict, if any."""
+    if job is None:
+        return None, None, None
+    if isinstance(job, Mapping):
+        train = job.get("train") if isinstance(job.get("train"), Mapping) else {}
+        values = (train.get("per_device_batch"), job.get("grad_accum", train.get("grad_accum")),
+                  job.get("effective_batch"))
+    else:
+        train = getattr(job, "train", None)
+        values = (getattr(train, "per_device_batch", None),
+                  getattr(job, "grad_accum", getattr(train, "grad_accum", None)),
+                  getattr(job, "effective_batch", None))
+    return tuple(v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+                 for v in values)  # type: ignore[return-value]
+
+
+def oom_cause(hit: Hit) -> str:
+    size, gpu = hit.group("size"), hit.group("gpu") or hit.group("gpu_old")
+    free = hit.group("free") or hit.group("free_old")
+    total = hit.group("total") or hit.group("total_old")
+    where = f" on GPU {gpu}" if gpu else ""
+    room = f" ({free} free of {total})" if free and total else ""
+    need = f"needed {size} more{where}{room}" if size else f"ran out of memory{where}"
+    return (f"this rank {need}: its batch, activations and optimizer state do not fit on the "
+            "GPU (another process on the same GPU, or two ranks sharing one, can also cause it)")
+
+
+def oom_fix(hit: Hit) -> str:
+    return fix_for_oom(*_job_numbers(hit.job))
+
+
+def nccl_last_error(hit: Hit) -> str:
+    """NCCL's 'Last error:' detail, which torch prints on the lines after the error."""
+    for i, text in enumerate(hit.following):
+        if text.strip() == "Last error:" and i + 1 < len(hit.following):
+            detail = hit.following[i + 1].strip()
+            return f" (NCCL's last error: {detail})" if detail else ""
+        if text.strip().startswith("Last error:") and len(text.strip()) > len("Last error:"):
+            return f" (NCCL's {text.strip()[0].lower()}{text.strip()[1:]})"
+    return ""
+
+
+def nccl_detail(hit: Hit) -> str:
+    """NCCL's last error after the exception, or the text of the NCCL WARN line itself."""
+    last = nccl_last_error(hit)
+    if last:
+        return last
+    _, warn, text = hit.line.partition("NCCL WARN ")
+    return f" (NCCL WARN {text.strip()})" if warn and text.strip() else ""
+
+
+def _barrier_counts(hit: Hit) -> tuple[int, int]:
+    return int(hit.group("joined") or 0), int(hit.group("expected") or 0)
+
+
+def barrier_cause(hit: Hit) -> str:
+    joined, expected = _barrier_counts(hit)
+    secs = hit.group("secs")
+    within = f" within {secs} s" if secs else ""
+    if joined > expected:
+        return (f"{joined} processes joined a store that expected {expected}: two jobs share "
+                "this master address and port, or the world size differs between nodes")
+    if joined < expected:
+        return (f"only {joined} of {expected} processes reached the store{within}: "
+                f"{expected - joined} never started, failed before joining, or cannot reach "
+                "node 0")
+    return (f"all {expected} processes joined but the barrier still timed out{within}: the "
+            "store was too slow or a process left early")
+
+
+def barrier_fix(hit: Hit) -> str:
+    joined, expected = _barrier_counts(hit)
+    if joined > expected:
+        return ("give every job its own --master-port and check that --nnodes and "
+                "--nproc-per-node are the same on every node")
+    return ("find the missing ranks: their own logs show why they did not join (start-up "
+            "errors, a node not started); check every node uses the same node count and master "
+            "address:port")
+
+
+def barrier_priority(hit: Hit) -> int:
+    joined, expected = _barrier_counts(hit)
+    return SETUP if joined > expected else EFFECT
+
+
+def driver_cause(hit: Hit) -> str:
+    found = hit.group("ver")
+    if found and found.isdigit():
+        number = int(found)
+        return (f"the NVIDIA driver supports CUDA up to {number // 1000}.{(number % 1000) // 10}, "
+                "older than the CUDA this torch build needs")
+    return "the NVIDIA driver is older than the CUDA runtime this torch build needs"
+
+
+def watchdog_cause(hit: Hit) -> str:
+    op, seq = hit.group("op", "a collective"), hit.group("seq")
+    timeout = hit.group("timeout")
+    waited = f" for {int(timeout) // 1000} s" if timeout and timeout.isdigit() else ""
+    which = f"{op} #{seq}" if seq else op
+    return (f"this rank waited{waited} in {which} for ranks that never joined it: another rank "
+            "crashed, hung or took a different code path (uneven data, a collective inside "
+            "'if rank == 0')")
+
+
+def hang_expand(hit: Hit) -> list[tuple[int | None, str | None]]:
+    stuck = [(int(r), h) for r, _n, h in _STUCK_RE.findall(hit.group("stuck", ""))]
+    return stuck or [(None, None)]
+
+
+def node_lost_cause(hit: Hit) -> str:
+    who = f"node {hit.group('node')} ({hit.group('host')})"
+    store = " — it hosts the job's store, so every node stops" if hit.group("store") else ""
+    return (f"{who} sent no heartbeat for {hit.group('age')} s: it was killed, lost power or "
+            f"network, or froze{store}")
+
+
+def module_cause(hit: Hit) -> str:
+    binary = re.search(r"of binary: (\S+)", hit.text)
+    ran = f" ({binary.group(1)})" if binary else ""
+    return (f"Python module '{hit.group('mod')}' is not installed in the environment this "
+            f"rank runs in{ran}: a different virtualenv, image or node than the one that has "
+            "it, or a launcher (torchrun, deepspeed) found on PATH that belongs to another "
+            "Python")
+
+
+def abi_cause(hit: Hit) -> str:
+    so = hit.group("so")
+    which = f"{os.path.basename(so)} was" if so else "a compiled extension was"
+    return (f"{which} built against a different torch (or CUDA) than the one installed: its "
+            f"symbol {hit.group('sym', '?')} does not exist here")
+
+
+def space_cause(hit: Hit) -> str:
+    path = hit.group("path")
+    where = f" writing {path}" if path else ""
+    kind = "the quota is used up" if "quota" in hit.match.group(0).lower() else "the disk is full"
+    return f"{kind}{where}: checkpoints, logs or caches filled the filesystem"
+
+
+def dns_cause(hit: Hit) -> str:
+    target = hit.group("target")
+    name = f"'{target}'" if target else "the master address"
+    return (f"{name} does not resolve on this node: a typo, a DNS record not created yet "
+            "(Kubernetes creates pod records late), or a name only other nodes know")
+
+
+def dup_gpu_cause(hit: Hit) -> str:
+    other = hit.group("other")
+    pair = f"ranks {hit.group('rank')} and {other}" if other else "two ranks"
+    return (f"{pair} use the same GPU: the script never called torch.cuda.set_device(LOCAL_RANK) "
+            "(every rank on cuda:0), or CUDA_VISIBLE_DEVICES gives every process the same GPU")
+
+
+_RAISED = re.compile(r"^\s*(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception)\b")
+
+
+def only_when_raised(tier: int) -> Callable[[Hit], int]:
+    """``tier`` on the line of an exception (``OSError: ...``, ``urllib3.exceptions.
+    NameResolutionError: ...``); advice on anything else: libraries log their retries
+    (``... thrown while requesting HEAD``) and go on from a cache."""
+    def priority(hit: Hit) -> int:
+        return tier if _RAISED.match(hit.line) else ADVICE
+
+    priority.label = f"{TIERS[tier]} (advice in a retry warning)"  # type: ignore[attr-defined]
+    return priority
+
+
+def unless_warning(tier: int) -> Callable[[Hit], int]:
+    """``tier``, or advice when the line is only a warning (torch warns at import that it
+    could not load numpy, and may run on without ever needing it)."""
+    def priority(hit: Hit) -> int:
+        return ADVICE if "Warning:" in hit.line else tier
+
+    priority.label = f"{TIERS[tier]} (advice in a warning)"  # type: ignore[attr-defined]
+    return priority
+
+
+def ifname_cause(hit: Hit) -> str:
+    named = re.search(r"NCCL_SOCKET_IFNAME(?: set (?:by environment )?to |=)(\S+)", hit.text)
+    which = f"NCCL_SOCKET_IFNAME={named.group(1)}" if named else "NCCL_SOCKET_IFNAME"
+    return (f"NCCL found no network interface to bootstrap with: {which} names an interface "
+            "this node does not have (names differ between machines and images), or no "
+            "interface is up")
+
+
+def bootstrap_cause(hit: Hit) -> str:
+    used = re.search(r"(?:Bootstrap : Using|OOB) (\w[\w.-]*):(\S+?)<", hit.text)
+    via = f" over {used.group(1)} ({used.group(2)})" if used else ""
+    warn = re.search(r"NCCL WARN (\S*(?:[Cc]onnect|socket|[Rr]ecv|[Ss]end)\S*.*)", hit.text)
+    said = (f" (NCCL WARN {warn.group(1).strip()})" if warn else
+            f" (NCCL: {hit.line.strip()})" if "Connect to" in hit.line else "")
+    return (f"NCCL's bootstrap could not connect its ranks{via}: the interface NCCL chose does "
+            "not connect the nodes (an IPoIB, docker, VPN or other virtual interface), or a "
+            f"firewall blocks the ports{said}")
+
+
+def nccl_not_built_cause(hit: Hit) -> str:
+    if hit.device == "cpu":
+        return ("the script asks for the nccl backend, but meshrun planned a CPU run and this "
+                "torch has no NCCL (CPU-only builds, Windows and macOS never do)")
+    return ("the script asks for the nccl backend and this torch has no NCCL: a CPU-only "
+            "build, or a Windows or macOS build (NCCL exists only for Linux CUDA builds)")
+
+
+def arch_cause(hit: Hit) -> str:
+    sm = hit.group("sm")
+    gpu = f"this GPU ({sm})" if sm else "this GPU"
+    return (f"{gpu} is not among the architectures this torch or a compiled extension was "
+            "built for: a newer GPU with an older build, or an extension compiled on another "
+            "GPU model")
+
+
+def toolkit_cause(hit: Hit) -> str:
+    return (f"the CUDA toolkit on this node ({hit.group('sys')}) is not the one torch was built "
+            f"with ({hit.group('torch')}): extensions compiled here (DeepSpeed's ops, apex, "
+            "flash-attn) fail to build or load")
+
+
+def download_cause(hit: Hit) -> str:
+    site = hit.group("site") or "the download host"
+    return (f"this node cannot reach {site}: compute nodes often have no internet access or "
+            "no DNS for outside names; the script tried to download a model, tokenizer or "
+            "dataset at start")
+
+
+def cpu_torch_cause(hit: Hit) -> str:
+    if hit.device == "cpu":
+        return ("the script forces CUDA (torch.cuda.set_device, .cuda(), device='cuda' or "
+                "backend='nccl') but meshrun planned a CPU run: no GPU is visible on this node, "
+                "and this torch is a CPU-only build; the torch build is not the problem")
+    if hit.device == "cuda":
+        return ("this torch is a CPU-only build, on a node where meshrun found GPUs: the "
+                "environment the workers run in has the wrong torch")
+    return ("the script asked for CUDA and this torch is a CPU-only build: either the node has "
+            "no GPU and the script forces CUDA, or the node has GPUs and the wrong torch")
+
+
+def cpu_torch_fix(hit: Hit) -> str:
+    follow = ("make the script follow the plan: device = torch.device('cuda', local_rank) if "
+              "torch.cuda.is_available() else torch.device('cpu'), backend = "
+              "os.environ['MESHRUN_BACKEND'] (gloo on CPU), or meshrun.init_distributed()")
+    build = ("install a CUDA build of torch in the environment meshrun runs from (pip install "
+             "torch --index-url https://download.pytorch.org/whl/cu124, or your platform's "
+             "image)")
+    if hit.device == "cpu":
+        return follow
+    if hit.device == "cuda":
+        return build
+    return f"{follow}; on a GPU node, {build}"
+
+
+def port_cause(hit: Hit) -> str:
+    port = hit.group("port")
+    which = f"port {port}" if port else "the port"
+    return (f"{which} is already taken on this host: another job (or a previous run that has "
+            "not exited) listens there")
