@@ -44,7 +44,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from meshrun.recipes import _job
+from meshrun.job import for_worker
 from meshrun.recipes.mlp_tp import MLP, Teacher, inputs, model_config
 
 
@@ -79,7 +79,8 @@ def main() -> None:
 
     # --- setup: config, process group, mesh, model, data, optimizer ---------------------
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    job = _job.load("mlp-tp", os.environ, world)
+    job = for_worker("mlp-tp", os.environ, world,
+                     nproc_per_node=int(os.environ.get("LOCAL_WORLD_SIZE", str(world))))
     cfg = model_config(job)
     t, tp = job.train, job.parallel.tp
     backend = os.environ.get("MESHRUN_BACKEND") or ("nccl" if torch.cuda.is_available()

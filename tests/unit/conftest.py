@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from unit_fakes import FAILING_SCRIPT, GARBAGE_SCRIPT, GPU_CSV_SCRIPT, write_nvidia_smi
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from unit_fakes import plan as make_test_plan
 
-from meshrun.reports.bundle import write_diagnosis, write_start
 from meshrun.plan import Command
+from meshrun.reports.bundle import write_diagnosis, write_start
 from meshrun.reports.redact import REDACTED
 from meshrun.reports.report import summarize
 

@@ -4,6 +4,7 @@ import random
 
 import pytest
 
+from meshrun.errors import UsageError
 from meshrun.worker.checkpoint import (
     Found,
     check_target,
@@ -13,7 +14,6 @@ from meshrun.worker.checkpoint import (
     plan_retention,
     step_dir,
 )
-from meshrun.errors import UsageError
 
 
 def found(*specs: str) -> list[Found]:
@@ -163,8 +163,8 @@ def test_removal_of_a_linked_checkpoint_drops_the_link_only(tmp_path):
 def test_rank0_file_errors_become_one_line(tmp_path):
     """Single process (no process group): rank 0's OSError is the one-line UsageError every
     rank would raise; its result is returned as is."""
-    from meshrun.worker import checkpoint
     from meshrun.errors import UsageError
+    from meshrun.worker import checkpoint
 
     assert checkpoint._rank0_does(lambda: 7, str(tmp_path), "read it") == 7
 

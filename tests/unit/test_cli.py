@@ -193,8 +193,8 @@ def test_plan_names_the_flag_a_job_value_came_from(gpu_bin):
 def test_module_and_folder_commands_found_as_the_workers_find_them(tmp_path):
     """-m pkg.mod from the working directory (the workers put it first on sys.path), even
     when meshrun's own sys.path does not start with it; a folder with __main__.py."""
-    from meshrun.cli import check_command
     from meshrun.plan import Command
+    from meshrun.runtime.checks import check_command
 
     (tmp_path / "mypkg").mkdir()
     (tmp_path / "mypkg" / "__init__.py").write_text("")

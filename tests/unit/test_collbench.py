@@ -2,7 +2,13 @@
 
 import pytest
 
-from meshrun.worker.collbench import bus_factor, human, parse_size, sizes_between, transport_from_nccl_log
+from meshrun.worker.collbench import (
+    bus_factor,
+    human,
+    parse_size,
+    sizes_between,
+    transport_from_nccl_log,
+)
 
 
 def test_sizes():

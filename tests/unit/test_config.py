@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from meshrun.errors import EXIT_USAGE, UsageError
 from meshrun.job import (
     ALL_KEYS,
     ENV_VAR,
@@ -21,7 +22,6 @@ from meshrun.job import (
     recipe_name,
     resolve,
 )
-from meshrun.errors import EXIT_USAGE, UsageError
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "configs"

@@ -21,7 +21,6 @@ from pathlib import Path
 import pytest
 
 from meshrun import diagnose
-from meshrun.job import parse_sets, resolve
 from meshrun.diagnose import (
     CATALOG,
     Diagnosis,
@@ -34,6 +33,7 @@ from meshrun.diagnose import (
     to_json,
 )
 from meshrun.errors import UsageError
+from meshrun.job import parse_sets, resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 LOGS = Path(__file__).resolve().parent / "fixtures" / "failure_logs"

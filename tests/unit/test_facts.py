@@ -7,11 +7,11 @@ import dataclasses
 import socket
 
 import pytest
+from unit_fakes import H100, gpu_uuid, plan
 
 from meshrun.errors import UsageError
 from meshrun.facts import Gpu, collect, parse_gpu_csv, query_gpus
 from meshrun.topology import Flags
-from unit_fakes import H100, gpu_uuid, plan
 
 
 @pytest.mark.parametrize("text, expected", [

@@ -16,9 +16,9 @@ from unit_fakes import CPU_HOST
 
 from meshrun.diagnose import diagnose_text
 from meshrun.facts import HostFacts
-from meshrun.runtime.logs import LogRouter, drop_empty_stacks, settle
 from meshrun.plan import describe, make_plan, rank_span, ranks_phrase, threads_for
 from meshrun.render.spec import infer_gpus, render_platform, spec_from_flags
+from meshrun.runtime.logs import LogRouter, drop_empty_stacks, settle
 from meshrun.topology import Flags
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from unit_fakes import gpus
 
 from meshrun import __version__
 from meshrun.cli import build_parser, flags_from, split_command
@@ -27,7 +28,6 @@ from meshrun.errors import EXIT_USAGE, UsageError
 from meshrun.facts import HostFacts
 from meshrun.plan import Command, make_plan
 from meshrun.render.spec import PLATFORM_TARGETS, RenderSpec, render_platform, spec_from_flags
-from unit_fakes import gpus
 
 GOLDEN = Path(__file__).parent / "golden" / "platforms"
 IMAGE = "registry.example/team/train:1.4"

@@ -657,18 +657,18 @@ def _check_catalog(catalog: tuple[Signature, ...]) -> dict[str, Signature]:
     every suppressed code exists, ``unknown`` is no signature's. Returns code -> its first
     signature (a code may have several, e.g. two ways to see a full /dev/shm)."""
     by_code: dict[str, Signature] = {}
-    for sig in catalog:
-        by_code.setdefault(sig.code, sig)
-    for sig in catalog:
-        if sig.code == UNKNOWN_CODE:
+    for entry in catalog:
+        by_code.setdefault(entry.code, sig)
+    for entry in catalog:
+        if entry.code == UNKNOWN_CODE:
             raise ValueError("'unknown' is the engine's code for what no signature knows")
-        for pattern, literal in zip(sig.patterns, sig.needles):
+        for pattern, literal in zip(entry.patterns, entry.needles):
             if literal is None:
-                raise ValueError(f"signature {sig.code}: {pattern.pattern!r} has no literal "
+                raise ValueError(f"signature {entry.code}: {pattern.pattern!r} has no literal "
                                  "every match contains (needle); give it a fixed word")
-        for other in sig.suppresses:
+        for other in entry.suppresses:
             if other not in by_code:
-                raise ValueError(f"signature {sig.code} suppresses unknown code {other!r}")
+                raise ValueError(f"signature {entry.code} suppresses unknown code {other!r}")
     return by_code
 
 

@@ -11,13 +11,12 @@ No torch import: ``meshrun plan`` must stay fast.
 
 from __future__ import annotations
 
-from typing import Any
-
 import shutil
 import socket
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..topology.base import HostInfo
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
 from ..errors import UsageError
 from .arithmetic import batch, data_parallel, scaled_lr

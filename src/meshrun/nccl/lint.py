@@ -8,7 +8,6 @@ and docs/network.md.
 from __future__ import annotations
 
 import difflib
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 

@@ -37,10 +37,10 @@ from ..facts.host import Gpu, HostFacts
 from ..topology import Flags, Sourced, Topology, detect
 from ..topology.address import HAS_PORT, host_problem, unbracket
 from .model import (
-    RUN_ID,
     DEFAULT_JOIN_TIMEOUT,
     DEFAULT_LOG_DIR,
     DEFAULT_MASTER_PORT,
+    RUN_ID,
     Command,
     EnvVar,
     JobInput,

@@ -48,11 +48,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..worker import checkpoint as ckpt
-from ..worker.progress import progress
-from ..worker.dist import RankInfo
 from ..errors import MeshrunError, UsageError
 from ..job import ENV_VAR, JobConfig, run_id_of
+from ..worker import checkpoint as ckpt
+from ..worker.dist import RankInfo
+from ..worker.progress import progress
 from . import parse_peak_flops
 
 # Dense bf16 tensor-core peak per GPU, FLOP/s, matched against the CUDA device name

@@ -35,13 +35,12 @@ Output: rank 0 prints ``Step s/S | Loss: x | PSNR: y dB | ms/step | samples/s``
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 from torch import nn
 
-from ..worker.dist import init_distributed
 from ..job import JobConfig
+from ..worker.dist import init_distributed
 from . import _loop, _models
 from .mlp_tp import sample_seed
 

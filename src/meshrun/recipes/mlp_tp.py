@@ -36,13 +36,12 @@ rank 0 ``Step s/S | Loss: x | LR: ... | ms/step | samples/s`` (``| MFU`` on GPU)
 from __future__ import annotations
 
 import hashlib
-import os
 
 import torch
 from torch import nn
 
-from ..worker.dist import init_distributed
 from ..job import JobConfig
+from ..worker.dist import init_distributed
 from . import _loop, _models
 
 RECIPE = "mlp-tp"

@@ -32,8 +32,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ..runtime.logs import keep_previous
 from ..plan import LaunchPlan
+from ..runtime.logs import keep_previous
 from .redact import redact_argv, redact_env, redact_text
 
 

@@ -30,12 +30,13 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import EXIT_STARTUP, MeshrunError, StartupError
-from .logs import RANK_PREFIX, LogRouter, worker_logs_spec
 from ..plan import LaunchPlan, describe, ranks_phrase
+from .logs import RANK_PREFIX, LogRouter, worker_logs_spec
 from .store import JobStore, join, open_store, say, store_errors
 
 RDZV_BACKEND = "meshrun-c10d"
@@ -78,7 +79,8 @@ class Supervision:
     suspicion: float = 5.0       # after a local worker failure, a node silent this long is lost
 
 
-def run(plan: LaunchPlan, *, max_restarts: int = 0, preflight: bool = True,
+def run(plan: LaunchPlan, *, env: Mapping[str, str], max_restarts: int = 0,
+        preflight: bool = True,
         require_paths: tuple[str, ...] = (), supervision: Supervision = Supervision()) -> int:
     """Launch this node's workers; return the exit code for the meshrun process."""
     assert plan.command is not None
@@ -88,7 +90,7 @@ def run(plan: LaunchPlan, *, max_restarts: int = 0, preflight: bool = True,
         print(describe(plan), flush=True)
         from ..reports.bundle import write_start
 
-        write_start(plan, os.environ)
+        write_start(plan, env)
         for moved in router.moved:
             say(f"kept an earlier run's log as {moved}")
         stopped = False
@@ -163,13 +165,9 @@ def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
         _preflight(job, plan, require_paths)
     elif plan.nnodes > 1:
         say("preflight skipped (--no-preflight)")
-    os.environ.update(plan.env_dict())
-    # The job's store, for meshrun.progress() in the workers (their MASTER_PORT is their own).
-    os.environ["MESHRUN_STORE"] = f"{plan.master_addr}:{job.port}"  # bare: _progress splits
-                                                                     # at the last ':' 
-    # torch's inner rendezvous would host a second, unused worker store in whichever agent
-    # it ranks 0; meshrun's handler publishes the workers' store itself (_worker_store_info).
-    os.environ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+    # torch's agent gives every worker a copy of this process's environment: the one place
+    # meshrun writes it, once, with what the workers need (nothing here reads it back).
+    os.environ.update(worker_environment(plan, job.port))
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, launch_agent
@@ -230,6 +228,17 @@ def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
         f"{plan.node_rank} finished successfully; "
         f"logs in {plan.log_dir}")
     return 0
+
+
+def worker_environment(plan: LaunchPlan, store_port: int) -> dict[str, str]:
+    """What the workers get on top of the agent's environment: the plan's variables (each
+    with its reason in the banner), the job's store for :func:`meshrun.progress` (their
+    MASTER_PORT is their own store's), and torch's switch that keeps its inner rendezvous
+    from hosting a second, unused worker store (meshrun's handler publishes the workers'
+    store itself: :func:`_worker_store_info`)."""
+    return {**plan.env_dict(),
+            "MESHRUN_STORE": f"{plan.master_addr}:{store_port}",  # bare: split at the last ':'
+            "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 
 
 def _workers(count: int) -> str:
@@ -297,7 +306,7 @@ def _start_watchdog(job: JobStore, plan: LaunchPlan, supervision: Supervision,
                    nnodes=plan.nnodes, world_size=plan.world_size, hosts=hosts,
                    node_timeout=supervision.node_timeout, hang_timeout=supervision.hang_timeout,
                    interval=supervision.interval, on_event=on_event, local_pids=local_workers,
-                   restarts_left=restarts_left)
+                   restarts_left=restarts_left, log_dir=plan.log_dir)
     dog.start()
     return dog
 

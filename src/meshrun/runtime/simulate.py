@@ -12,7 +12,6 @@ Exit status: the first non-zero status by node rank, else 0.
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import socket
@@ -21,6 +20,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from ..plan import Command
 
@@ -50,55 +50,55 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
-def node_argv(args: argparse.Namespace, cmd: Command, nodes: int, rank: int, port: int,
-              run_id: str, max_restarts: int, workers: int) -> list[str]:
+@dataclass(frozen=True)
+class SimulateRequest:
+    """What to simulate, as the CLI read it: raw flag values (checked here as node 0 will
+    check them) and ``node_flags``, the options every node's ``meshrun run`` gets again."""
+
+    nodes: str
+    nproc_per_node: str | None = None
+    master_port: str | None = None
+    run_id: str | None = None
+    log_dir: str | None = None
+    join_timeout: str | None = None
+    max_restarts: int = 0
+    node_flags: tuple[str, ...] = ()
+
+
+def node_argv(request: SimulateRequest, cmd: Command, nodes: int, rank: int, port: int,
+              run_id: str, workers: int) -> list[str]:
     """``meshrun run`` for simulated node ``rank``; ``workers``: all nodes' workers."""
     argv = [sys.executable, "-m", "meshrun", "run", "--nnodes", str(nodes), "--node-rank",
             str(rank), "--master-addr", "127.0.0.1", "--master-port", str(port),
-            "--run-id", run_id, "--max-restarts", str(max_restarts),
+            "--run-id", run_id, "--max-restarts", str(request.max_restarts),
             "--simulated-workers", str(workers)]
-    for name in ("nproc_per_node", "log_dir", "join_timeout"):
-        value = getattr(args, name, None)
+    for flag, value in (("--nproc-per-node", request.nproc_per_node),
+                        ("--log-dir", request.log_dir), ("--join-timeout", request.join_timeout)):
         if value is not None:
-            argv += ["--" + name.replace("_", "-"), str(value)]
-    if getattr(args, "no_preflight", False):
-        argv.append("--no-preflight")
-    for path in getattr(args, "require_path", None) or ():
-        argv += ["--require-path", path]
-    if getattr(args, "accelerate", False):
-        argv.append("--accelerate")
-    for name in ("config", "checkpoint_dir", "node_timeout", "hang_timeout", "deepspeed"):
-        value = getattr(args, name, None)
-        if value:
-            argv += ["--" + name.replace("_", "-"), value]
-    for item in getattr(args, "set", None) or ():
-        argv += ["--set", item]
-    recipe = getattr(args, "recipe", None)
-    if recipe:  # node agents get the recipe's module as their command, and its defaults
-        argv += ["--set", f"recipe={recipe}"]
+            argv += [flag, str(value)]
+    argv += request.node_flags
     if cmd.module:
         return argv + ["-m", cmd.target, *cmd.args]
     return argv + ["--", cmd.target, *cmd.args]
 
 
-def simulate(args: argparse.Namespace, cmd: Command, *, max_restarts: int = 0,
+def simulate(env: Mapping[str, str], cmd: Command, request: SimulateRequest, *,
              job=None) -> int:
+    """Start the simulated nodes, relay their output, and return the job's exit status."""
     from ..facts import host as facts
     from ..plan import make_plan, threads_for
     from ..topology import Flags
     from ..topology.base import parse_int
 
-    nodes = parse_int(args.nodes, "--nodes", minimum=1)
-    port = int(args.master_port) if args.master_port else free_port()
-    run_id = args.run_id or f"sim-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
-    env = node_env(os.environ)
+    nodes = parse_int(request.nodes, "--nodes", minimum=1)
+    port = int(request.master_port) if request.master_port else free_port()
+    run_id = request.run_id or f"sim-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    env = node_env(env)
     # Validate exactly as node 0 will, before anything starts (bad input -> exit 2 here).
     host = facts.collect(env)
     flags = Flags(nnodes=str(nodes), node_rank="0", master_addr="127.0.0.1",
-                  master_port=str(port), run_id=run_id,
-                  nproc_per_node=getattr(args, "nproc_per_node", None),
-                  log_dir=getattr(args, "log_dir", None),
-                  join_timeout=getattr(args, "join_timeout", None))
+                  master_port=str(port), run_id=run_id, nproc_per_node=request.nproc_per_node,
+                  log_dir=request.log_dir, join_timeout=request.join_timeout)
     nproc = make_plan(env, flags, host, cmd, job, simulated_workers=nodes).nproc_per_node
     workers = nodes * nproc
     plan = make_plan(env, flags, host, cmd, job, simulated_workers=workers)  # node 0's
@@ -107,8 +107,7 @@ def simulate(args: argparse.Namespace, cmd: Command, *, max_restarts: int = 0,
              if threads is not None else "")
     print(f"meshrun: simulating {nodes} nodes on this machine (store 127.0.0.1:{port}, "
           f"run id {run_id}{share})", flush=True)
-    procs = [subprocess.Popen(node_argv(args, cmd, nodes, rank, port, run_id, max_restarts,
-                                        workers),
+    procs = [subprocess.Popen(node_argv(request, cmd, nodes, rank, port, run_id, workers),
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True, bufsize=1, start_new_session=True,
                               preexec_fn=_term_with_parent)

@@ -255,7 +255,7 @@ class Watchdog(threading.Thread):
                  hosts: Mapping[int, str], node_timeout: float, hang_timeout: float,
                  interval: float = 1.0, on_event: Callable[[Event], None],
                  local_pids: Callable[[], Mapping[int, int]] = dict,
-                 restarts_left: Callable[[], int] = lambda: 0) -> None:
+                 restarts_left: Callable[[], int] = lambda: 0, log_dir: str = ".") -> None:
         super().__init__(name="meshrun-watchdog", daemon=True)
         self.host, self.port = host, port
         self.node_rank, self.nnodes, self.world_size = node_rank, nnodes, world_size
@@ -265,6 +265,7 @@ class Watchdog(threading.Thread):
         self.on_event = on_event
         self.local_pids = local_pids  # rank -> pid of this node's workers
         self.restarts_left = restarts_left  # restarts this node's agent has left
+        self.log_dir = log_dir              # the run's log folder (stacks/ go there)
         self.event: Event | None = None  # the event that stops the job
         self.restarts: list[Event] = []  # hangs handled by restarting the workers
         self._halt = threading.Event()
@@ -465,7 +466,7 @@ class Watchdog(threading.Thread):
         pids = dict(self.local_pids())
         self._probed, self._probed_gen = pids, self._gen
         left = self.restarts_left() if pids else 0
-        folder = os.environ.get("MESHRUN_LOG_DIR", ".")
+        folder = self.log_dir
         sizes = {r: _size(os.path.join(folder, "stacks", f"rank{r}.txt")) for r in pids}
         for pid in pids.values():
             try:

@@ -1,0 +1,258 @@
+"""The CLI's options: the flag groups verbs share, the parser that turns errors into one line,
+and what is derived from the parser rather than kept by hand beside it: which options take a
+value (where the worker command starts), and the argv that gives an option again (a simulated
+node's ``meshrun run``, a submission file's ``meshrun run``, a regenerate line).
+
+Flags that are also ``MESHRUN_<NAME>`` variables read them from the environment the CLI was
+handed (never ``os.environ`` directly): a flag beats its variable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from functools import lru_cache
+
+from ..errors import UsageError
+from ..topology import Flags
+
+NODE_FLAGS = {
+    "--nnodes": "number of nodes (machines) in the job",
+    "--node-rank": "this node's index, 0 on the master",
+    "--nproc-per-node": "worker processes on this node (default: one per visible GPU, "
+                        "or 1 without GPUs)",
+    "--master-addr": "address of node 0, which hosts the rendezvous store",
+    "--master-port": "port of the rendezvous store on node 0",
+    "--run-id": "job id shared by all nodes (default: the platform's job id)",
+    "--log-dir": "folder for logs; a run writes <log-dir>/<run-id>/ (default ./logs)",
+    "--world-size-means": "force the reading of WORLD_SIZE: nodes or processes",
+    "--join-timeout": "seconds to wait for every node to join (default 600)",
+}
+
+# Flags only the platform render targets take (docs/render.md).
+RENDER_FLAGS = {
+    "--job-name": "job name (DNS-1123 label)",
+    "--image": "container image (k8s, pytorchjob, trainjob, volcano, docker)",
+    "--gpus-per-node": "GPUs each node requests (0: a CPU job)",
+    "--namespace": "Kubernetes namespace",
+    "--shm-size": "shared memory size, e.g. 16Gi",
+    "--cpus-per-node": "CPUs each node requests",
+    "--backoff-limit": "Kubernetes Job backoffLimit",
+    "--partition": "SLURM partition",
+    "--time": "SLURM time limit",
+    "--account": "SLURM account",
+    "--run-args": "extra flags for `meshrun run` on every node, as one shell-quoted string",
+    "--meshrun": "how nodes start meshrun (default: meshrun)",
+}
+
+# The job config's flags, in the order they are given again to other meshrun commands.
+JOB_OPTIONS = ("config", "set", "checkpoint_dir")
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2, no usage dump
+        raise UsageError(message, hint=f"see '{self.prog} --help'")
+
+
+def dest_of(flag: str) -> str:
+    return flag[2:].replace("-", "_")
+
+
+def add_node_flags(parser: argparse.ArgumentParser,
+                   only: Iterable[str] | None = None) -> None:
+    group = parser.add_argument_group("node flags (each also MESHRUN_<NAME>)")
+    for flag, text in NODE_FLAGS.items():
+        if only is None or flag in only:
+            group.add_argument(flag, dest=dest_of(flag), metavar="VALUE", help=text)
+
+
+def add_watch_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--max-restarts", metavar="N", default=None,
+                        help="restart the workers after a failure up to N times (default 0)")
+    parser.add_argument("--node-timeout", metavar="SECONDS", default=None,
+                        help="a node whose heartbeat is silent this long is lost (default 15)")
+    parser.add_argument("--hang-timeout", metavar="SECONDS", default=None,
+                        help="no rank progressing this long is a hang (default 300; 0 = off; "
+                             "needs meshrun.progress(step) in the script, as recipes do)")
+
+
+def add_preflight_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--no-preflight", action="store_true",
+                        help="skip the cross-node check of code, versions, packages and devices")
+    parser.add_argument("--require-path", metavar="PATH", action="append", default=[],
+                        help="preflight: PATH must exist on every node (repeatable)")
+
+
+def add_job_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("job config (docs/config.md)")
+    group.add_argument("--recipe", metavar="NAME",
+                       help="run a built-in recipe (mlp-tp, autoencoder) instead of a script")
+    group.add_argument("--config", metavar="FILE", help="the job's TOML config")
+    group.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
+                       help="override one config value, e.g. --set train.steps=20 (repeatable)")
+    group.add_argument("--accelerate", action="store_true",
+                       help="give workers the ACCELERATE_* variables an accelerate / HF Trainer "
+                            "script needs (docs/hf.md)")
+    group.add_argument("--deepspeed", metavar="FILE",
+                       help="a DeepSpeed JSON for accelerate / HF Trainer (implies --accelerate; "
+                            "its batch fields are checked against the plan)")
+    group.add_argument("--checkpoint-dir", metavar="DIR",
+                       help="where checkpoints go (default checkpoints/<run-id>); same as "
+                            "--set checkpoint.dir=DIR")
+
+
+def add_bench_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--sizes", metavar="MIN:MAX", default="1K:1G",
+                        help="bench: message sizes, doubling from MIN to MAX (default 1K:1G)")
+    parser.add_argument("--iters", metavar="N", default="20",
+                        help="bench: timed iterations per size (default 20)")
+
+
+# --- derived from the parser ---------------------------------------------------------------------
+
+def _actions(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    """Every action of ``parser`` and of its verbs' parsers."""
+    found = list(parser._actions)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found += _actions(sub)
+    return found
+
+
+@lru_cache(maxsize=1)
+def value_options() -> frozenset[str]:
+    """Every option string, of any verb, that takes a value (``--nnodes 2``): read off the
+    parser, so a new flag cannot be forgotten here."""
+    from .parser import build_parser
+
+    return frozenset(opt for action in _actions(build_parser()) if action.nargs != 0
+                     for opt in action.option_strings)
+
+
+def options_argv(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                 dests: Sequence[str]) -> list[str]:
+    """The argv that gives the options ``dests`` of ``args`` again, as ``parser`` reads them
+    (switches given, values given, repeated options once per value); in ``dests``' order."""
+    by_dest = {a.dest: a for a in parser._actions if a.option_strings}
+    argv: list[str] = []
+    for dest in dests:
+        action = by_dest[dest]
+        value = getattr(args, dest, None)
+        flag = action.option_strings[-1]
+        if action.nargs == 0:
+            if value and value != action.default:
+                argv.append(flag)
+        elif isinstance(value, list):
+            for item in value:
+                argv += [flag, str(item)]
+        elif value not in (None, "") and value != action.default:
+            argv += [flag, str(value)]
+    return argv
+
+
+def split_command(argv: Sequence[str]) -> tuple[list[str], list[str] | None, bool]:
+    """Split ``argv`` into meshrun's options and the worker command.
+
+    Returns (options, command, is_module). ``--`` ends the options; so does the
+    first bare word (the script) or ``-m MODULE``.
+    """
+    argv = list(argv)
+    takes_value = value_options()
+    options: list[str] = []
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if token == "--":
+            return options, argv[i + 1:], False
+        if token in ("-m", "--module"):
+            if i + 1 >= len(argv):
+                raise UsageError("-m needs a module name", hint="meshrun run -m package.train")
+            return options, argv[i + 1:], True
+        if token.startswith("-"):
+            options.append(token)
+            if token in takes_value and "=" not in token and i + 1 < len(argv):
+                options.append(argv[i + 1])
+                i += 1
+            i += 1
+            continue
+        if not options or options == ["render"]:
+            options.append(token)  # the verb itself; `render` is followed by its TARGET
+            i += 1
+            continue
+        return options, argv[i:], False
+    return options, None, False
+
+
+def split_paths(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """``diagnose``/``report``: (the verb and its options, the paths), options anywhere;
+    after ``--`` every word is a path."""
+    takes_value = value_options()
+    options, paths = [argv[0]], []
+    rest = iter(argv[1:])
+    for token in rest:
+        if token == "--":
+            paths += rest
+        elif token.startswith("-"):
+            options.append(token)
+            value = next(rest, None) if token in takes_value and "=" not in token else None
+            if value is not None:
+                options.append(value)
+        else:
+            paths.append(token)
+    return options, paths
+
+
+def flags_from(args: argparse.Namespace) -> Flags:
+    return Flags(**{name: getattr(args, name, None) for name in Flags.__dataclass_fields__})
+
+
+# --- flags that are also MESHRUN_* variables, read from the environment handed in -----------------
+
+def seconds(raw: str, label: str, minimum: float) -> float:
+    """A number of seconds >= ``minimum`` (2.5 is fine); one line naming ``label`` if not."""
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < minimum:
+        raise UsageError(f"{label}={raw.strip()!r} is not a number of seconds >= {minimum:g}",
+                         subject=label, hint=f"give seconds, e.g. {label} "
+                                             f"{max(minimum, 15):g}" if label.startswith("--")
+                         else f"set {label} to seconds, e.g. {max(minimum, 15):g}")
+    return value
+
+
+def flag_or_env(args: argparse.Namespace, name: str, env: Mapping[str, str]
+                ) -> tuple[str | None, str]:
+    """(the raw value of ``--name`` or else ``MESHRUN_NAME``, which of the two gave it); a
+    blank variable is unset, as every other variable."""
+    raw = getattr(args, name, None)
+    if raw is not None:
+        return raw, "--" + name.replace("_", "-")
+    env_name = "MESHRUN_" + name.upper()
+    raw = env.get(env_name)
+    return (raw if raw is not None and raw.strip() else None), env_name
+
+
+def supervision(args: argparse.Namespace, env: Mapping[str, str]):
+    """``--node-timeout`` / ``--hang-timeout`` (or their variables) as the watchdog's settings."""
+    from ..runtime.launch import Supervision
+
+    values = {}
+    for name, minimum in (("node_timeout", 2), ("hang_timeout", 0)):
+        raw, label = flag_or_env(args, name, env)
+        if raw is not None and raw.strip():
+            values[name] = seconds(raw, label, minimum)
+    return Supervision(**values)
+
+
+def restarts(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    """``--max-restarts`` (or ``MESHRUN_MAX_RESTARTS``), default 0."""
+    from ..topology.base import parse_int
+
+    raw, label = flag_or_env(args, "max_restarts", env)
+    if raw is None or not str(raw).strip():
+        return 0
+    return parse_int(raw, label, minimum=0)

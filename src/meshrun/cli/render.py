@@ -1,0 +1,123 @@
+"""``meshrun render TARGET [flags] [-o FILE] -- SCRIPT ...``: submission and config files from
+the plan: ``k8s``, ``pytorchjob``, ``trainjob``, ``volcano``, ``slurm``, ``docker``
+(docs/render.md) and ``accelerate``, ``deepspeed`` (docs/hf.md). The renderers are pure
+(:mod:`meshrun.render`); this verb gathers their input and writes the file."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from ..errors import UsageError
+from ..runtime.planning import job_input, plan_here, read_deepspeed
+from .base import Context, Verb
+from .options import (
+    JOB_OPTIONS,
+    RENDER_FLAGS,
+    add_job_flags,
+    add_node_flags,
+    dest_of,
+    flags_from,
+    options_argv,
+)
+
+
+class RenderVerb(Verb):
+    name = "render"
+    help = ("write a config or submission file from the plan (accelerate, deepspeed, k8s, "
+            "pytorchjob, trainjob, volcano, slurm, docker)")
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("target", metavar="TARGET")
+        add_node_flags(parser)
+        add_job_flags(parser)
+        parser.add_argument("-o", "--output", metavar="FILE",
+                            help="write here instead of stdout (an existing file is kept "
+                                 "unless --force)")
+        parser.add_argument("--force", action="store_true", help="overwrite the -o file")
+        for flag, text in RENDER_FLAGS.items():
+            parser.add_argument(flag, dest=dest_of(flag), metavar="VALUE", help=text)
+        parser.add_argument("--env", metavar="NAME=VALUE", action="append", default=[],
+                            help="platform targets: a variable for every node (repeatable)")
+        parser.add_argument("--infiniband", action="store_true",
+                            help="platform targets: InfiniBand devices, memlock, IPC_LOCK")
+
+    def run(self, ctx: Context) -> int:
+        from .. import render
+        from ..render import spec as platform
+
+        a = ctx.args
+        if a.target in render.TARGETS:
+            text = self._render_hf(ctx)
+        elif a.target in platform.PLATFORM_TARGETS:
+            text = self._render_platform(ctx)
+        else:
+            known = sorted({*render.TARGETS, *platform.PLATFORM_TARGETS})
+            raise UsageError(f"unknown render target {a.target!r}", subject="meshrun render",
+                             hint=f"use one of: {', '.join(known)}")
+        text = text if text.endswith("\n") else text + "\n"
+        if not a.output:
+            sys.stdout.write(text)
+            return 0
+        if os.path.exists(a.output) and not a.force:
+            raise UsageError(f"{a.output} exists and would be overwritten", subject="-o",
+                             hint="choose another file, or pass --force")
+        with open(a.output, "w") as handle:
+            handle.write(text)
+        print(f"meshrun: wrote {a.output}", file=sys.stderr)
+        return 0
+
+    def _run_flags(self, ctx: Context) -> list[str]:
+        """The job-config flags as every node's ``meshrun run`` (and a regenerate line)
+        gets them again."""
+        a = ctx.args
+        flags = options_argv(ctx.parser, a, JOB_OPTIONS)
+        if a.recipe:
+            if ctx.words:
+                raise UsageError("--recipe and a command were both given", subject="--recipe",
+                                 hint="give either --recipe NAME or -- SCRIPT, not both")
+            flags += ["--recipe", a.recipe]
+        return flags
+
+    def _render_platform(self, ctx: Context) -> str:
+        from ..render import spec as platform
+
+        a = ctx.args
+        if a.deepspeed:
+            raise UsageError(f"--deepspeed is for the accelerate target, not {a.target}",
+                             subject="--deepspeed", hint="drop --deepspeed")
+        values = {name: getattr(a, name, None) for name in (
+            "nnodes", "nproc_per_node", "master_addr", "master_port", "run_id", "log_dir",
+            "node_rank", *(dest_of(f) for f in RENDER_FLAGS))}
+        spec = platform.spec_from_flags(a.target, ctx.words, module=ctx.module,
+                                        env=tuple(a.env), infiniband=a.infiniband,
+                                        run_flags=tuple(self._run_flags(ctx)), **values)
+        for note in spec.notes:
+            print(f"meshrun: note: {note}", file=sys.stderr)
+        return platform.render_platform(spec)
+
+    def _render_hf(self, ctx: Context) -> str:
+        from .. import render
+
+        a = ctx.args
+        job, cmd = job_input(ctx.command(), recipe=a.recipe, config=a.config, sets=a.set,
+                             checkpoint_dir=a.checkpoint_dir)
+        plan = plan_here(ctx.env, flags_from(a), cmd, job)
+        extra = options_argv(ctx.parser, a, JOB_OPTIONS) + (["--recipe", a.recipe]
+                                                            if a.recipe else [])
+        options = {}
+        if a.deepspeed:
+            if a.target != "accelerate":
+                raise UsageError("--deepspeed is for the accelerate target",
+                                 subject="--deepspeed",
+                                 hint="meshrun render accelerate --deepspeed ds.json")
+            read_deepspeed(a.deepspeed, plan, plan.job)
+            options["deepspeed_config_file"] = a.deepspeed
+            extra += ["--deepspeed", a.deepspeed]
+        return render.render(a.target, plan, plan.job,
+                             command=render.regenerate_command(a.target, plan, tuple(extra)),
+                             **options)
+
+
+VERB = RenderVerb()

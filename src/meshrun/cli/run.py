@@ -1,0 +1,62 @@
+"""``meshrun run [flags] -- SCRIPT [ARGS...]`` (or ``-m MODULE``): plan, join the other nodes,
+launch this node's workers through torch's elastic agent (:mod:`meshrun.runtime.launch`)."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..runtime.checks import check_command, check_log_dir, check_worker_env
+from ..runtime.planning import job_input, plan_here
+from .base import Context, Verb
+from .options import (
+    add_job_flags,
+    add_node_flags,
+    add_preflight_flags,
+    add_watch_flags,
+    flags_from,
+    restarts,
+    supervision,
+)
+
+
+def simulated_workers(args: argparse.Namespace) -> int:
+    """``--simulated-workers N`` (hidden: ``meshrun simulate`` gives it its node agents)."""
+    raw = getattr(args, "simulated_workers", None)
+    if raw is None:
+        return 0
+    from ..topology.base import parse_int
+
+    return parse_int(raw, "--simulated-workers", minimum=1)
+
+
+class RunVerb(Verb):
+    name = "run"
+    help = "launch the workers of this node"
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        add_node_flags(parser)
+        add_watch_flags(parser)
+        # `meshrun simulate` tells its node agents how many workers share this host (hidden).
+        parser.add_argument("--simulated-workers", metavar="N", default=None,
+                            help=argparse.SUPPRESS)
+        add_preflight_flags(parser)
+        add_job_flags(parser)
+
+    def run(self, ctx: Context) -> int:
+        from ..runtime.launch import run
+
+        a = ctx.args
+        job, cmd = job_input(ctx.command(), recipe=a.recipe, config=a.config, sets=a.set,
+                             checkpoint_dir=a.checkpoint_dir)
+        cmd = ctx.require(cmd, self.name)
+        plan = plan_here(ctx.env, flags_from(a), cmd, job, simulated_workers=simulated_workers(a),
+                         accelerate=a.accelerate, deepspeed=a.deepspeed)
+        check_command(cmd)
+        check_worker_env(ctx.env)
+        check_log_dir(plan.log_dir)
+        return run(plan, env=ctx.env, max_restarts=restarts(a, ctx.env),
+                   preflight=not a.no_preflight, require_paths=tuple(a.require_path),
+                   supervision=supervision(a, ctx.env))
+
+
+VERB = RunVerb()

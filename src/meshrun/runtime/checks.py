@@ -1,0 +1,63 @@
+"""What can be checked before anything starts, beyond the plan: the worker's script or
+module exists here, the log folder can be written, the variables the workers read are sane.
+Each failure is one line and exit 2 (:class:`~meshrun.errors.UsageError`)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+
+from ..errors import UsageError
+
+
+def check_log_dir(path: str) -> None:
+    """The run's log folder can be made and written: else one line and exit 2, not a
+    traceback from the log router."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        if not os.access(path, os.W_OK):
+            raise PermissionError(13, "permission denied")
+    except OSError as exc:
+        raise UsageError(f"the log folder {path} cannot be written ({exc.strerror})",
+                         subject="--log-dir", hint="pass --log-dir on a writable filesystem "
+                         "(or set MESHRUN_LOG_DIR)") from None
+
+
+def check_worker_env(env: Mapping[str, str]) -> None:
+    """Variables the workers read that meshrun can check before starting them."""
+    from ..recipes import parse_peak_flops
+
+    parse_peak_flops(env.get("MESHRUN_PEAK_FLOPS", ""))
+
+
+def check_command(cmd) -> None:
+    """The workers' script must exist here (relative to this directory), and a module's
+    top-level package must be importable: else one line and exit 2 before anything starts.
+    (A module's parent package is not imported here: only its top level is looked up.)"""
+    import importlib.util
+
+    if cmd.module:
+        import importlib.machinery
+
+        top = cmd.target.split(".")[0]
+        try:  # the workers run with this folder first on sys.path (meshrun.worker.bootstrap)
+            found = bool(top) and (
+                importlib.machinery.PathFinder.find_spec(top, [os.getcwd(), *sys.path])
+                is not None or importlib.util.find_spec(top) is not None)
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            raise UsageError(f"-m {cmd.target}: no module named {top!r} for {sys.executable}",
+                             subject="-m", hint="install the package into this Python "
+                             "environment, or start meshrun from the folder that holds it")
+        return
+    if os.path.isdir(cmd.target) and os.path.isfile(os.path.join(cmd.target, "__main__.py")):
+        return  # a folder with __main__.py runs as python runs it
+    if not os.path.isfile(cmd.target):
+        where = os.getcwd()
+        what = ("is a folder without __main__.py, not a script" if os.path.isdir(cmd.target)
+                else "does not exist")
+        raise UsageError(f"the training script {cmd.target} {what} (relative to {where})",
+                         subject="SCRIPT", hint="check the path; every node runs it from its "
+                         "own working directory, so it must exist there on every node")
