@@ -1,10 +1,20 @@
-"""User-facing errors: one line each, with what is wrong, where, and the fix.
+"""One shape for everything meshrun tells a user went wrong: a :class:`Diagnostic`.
 
-Shaped like pip's ``exceptions.py``: every error has a kebab-case ``code``, a
-``message`` that names the variable or flag (``subject``) and shows the
-arithmetic, and a ``hint`` that says what to do next. The CLI prints
-:meth:`MeshrunError.line` and exits with :attr:`MeshrunError.exit_code`; no
-traceback reaches the user.
+Shaped like pip's ``exceptions.py``: every diagnostic has a stable kebab-case ``code`` (the
+word to search for in docs/errors.md), a ``severity``, the ``subject`` it is about (a flag, a
+variable, a rank), a ``message`` that shows the arithmetic, and a ``fix`` that says what to do
+next. They print one way (:meth:`Diagnostic.line`)::
+
+    meshrun: error: --nnodes 2 but no master address; fix: pass --master-addr ... [master-addr-missing]
+
+and read one way as JSON (:meth:`Diagnostic.to_json`). Four kinds share the shape:
+
+* :class:`MeshrunError` — an error that stops meshrun (:class:`UsageError` exit 2 before
+  anything starts, :class:`StartupError` exit 3); the CLI prints its line, and with
+  ``--json`` also ``{"error": {...}}``, and exits with its code;
+* :class:`Finding` — a check's result that does not stop anything by itself: the NCCL
+  environment lint, ``meshrun doctor``'s checks, preflight's differences;
+* :class:`meshrun.diagnose.Diagnosis` — a failure found in logs, with its rank and host.
 
 Exit codes (documented in the README):
 
@@ -25,6 +35,9 @@ Exit codes (documented in the README):
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+
 EXIT_OK = 0
 EXIT_WORKER_FAILED = 1
 EXIT_USAGE = 2
@@ -32,26 +45,73 @@ EXIT_STARTUP = 3
 EXIT_NODE_LOST = 4
 EXIT_HANG = 5
 
+SEVERITIES = ("error", "warning", "info")
+CODE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+#: how a code ends a printed line: ``... [master-addr-missing]`` (parsers strip it with this)
+CODE_SUFFIX = re.compile(r" \[(?P<code>[a-z0-9]+(?:-[a-z0-9]+)*)\]$")
 
-class MeshrunError(Exception):
-    """An error the user can fix. ``str(err)`` is the one-line message."""
+
+class Diagnostic:
+    """The shape: ``code``, ``severity``, ``subject``, ``message``, ``fix``. Subclasses
+    provide the five (as fields or properties); the line and the JSON are made here only."""
+
+    code: str
+    severity: str
+    subject: str
+    message: str
+    fix: str
+
+    def line(self) -> str:
+        """The one line printed for it."""
+        text = f"meshrun: {self.severity}: {self.message}"
+        if self.fix:
+            text += f"; fix: {self.fix}"
+        return f"{text} [{self.code}]"
+
+    def to_json(self) -> dict:
+        return {"code": self.code, "severity": self.severity, "subject": self.subject,
+                "message": self.message, "fix": self.fix}
+
+    @property
+    def hint(self) -> str:  # the name the fix had before it had one name
+        return self.fix
+
+
+def check_shape(code: str, severity: str) -> None:
+    if not CODE.match(code):
+        raise ValueError(f"diagnostic code {code!r} is not kebab-case")
+    if severity not in SEVERITIES:
+        raise ValueError(f"severity must be one of {', '.join(SEVERITIES)}, not {severity!r}")
+
+
+@dataclass(frozen=True)
+class Finding(Diagnostic):
+    """A check's result (the NCCL lint, ``meshrun doctor``, preflight): the shape, as a record."""
+
+    code: str
+    severity: str
+    subject: str
+    message: str
+    fix: str = ""
+
+    def __post_init__(self) -> None:
+        check_shape(self.code, self.severity)
+
+
+class MeshrunError(Exception, Diagnostic):
+    """An error the user can fix: one line, with its code and exit code."""
 
     exit_code = EXIT_USAGE
+    severity = "error"
 
     def __init__(self, message: str, *, hint: str = "", code: str = "bad-input",
                  subject: str = "") -> None:
         super().__init__(message)
+        check_shape(code, "error")
         self.message = message
-        self.hint = hint
+        self.fix = hint
         self.code = code
         self.subject = subject
-
-    def line(self) -> str:
-        """The single line printed for this error."""
-        text = f"meshrun: error: {self.message}"
-        if self.hint:
-            text += f"; fix: {self.hint}"
-        return text
 
     def __str__(self) -> str:
         return self.line()
@@ -64,7 +124,7 @@ class UsageError(MeshrunError):
 
 
 class StartupError(MeshrunError):
-    """The job could not start on this node (join timeout, port in use, ...)."""
+    """The job could not start on this node (join timeout, port in use, ...): exit 3."""
 
     exit_code = EXIT_STARTUP
 

@@ -19,7 +19,7 @@ def test_doctor_json_reports_the_seed_004_block(tmp_path):
     done = meshrun("doctor", "--json", env=clean_env(**SEED_004), cwd=tmp_path)
     assert done.returncode == 3, done.stderr
     findings = json.loads(done.stdout)["findings"]
-    assert all(set(f) == {"code", "severity", "subject", "message", "hint"} for f in findings)
+    assert all(set(f) == {"code", "severity", "subject", "message", "fix"} for f in findings)
     by_subject = {(f["subject"], f["code"]) for f in findings}
     assert ("NCCL_NTHREADS", "env-bad-value") in by_subject
     assert ("NCCL_ASYNC_ERROR_HANDLING", "env-deprecated") in by_subject

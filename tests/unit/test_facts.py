@@ -101,4 +101,4 @@ def test_collect_leaves_an_unreadable_rankfile_to_the_detector(tmp_path, empty_b
         plan(env, Flags(), facts)
     assert info.value.line() == (f"meshrun: error: LSB_DJOB_RANKFILE={missing} cannot be read; "
                                  "fix: run meshrun inside the LSF job, or pass --nnodes/"
-                                 "--node-rank/--master-addr")
+                                 "--node-rank/--master-addr [lsf-rankfile-unreadable]")

@@ -658,7 +658,7 @@ def test_lint_table(tmp_path, env, kind, expected):
 def test_lint_unknown_name_suggests_the_right_one():
     (finding,) = lint_env({"NCCL_IB_HCAS": "mlx5"})
     assert finding.line() == ("meshrun: warning: NCCL_IB_HCAS: unknown; NCCL reads no such "
-                              "variable; fix: did you mean NCCL_IB_HCA?")
+                              "variable; fix: did you mean NCCL_IB_HCA? [env-unknown]")
     (finding,) = lint_env({"NCCL_SOCKET_IFNAMES": "eth0"})
     assert finding.hint == "did you mean NCCL_SOCKET_IFNAME?"
 
@@ -672,7 +672,7 @@ def test_lint_deprecated_and_unread_say_what_to_do():
     assert findings["NCCL_TIMEOUT"].to_json() == {
         "code": "env-unread", "severity": "warning", "subject": "NCCL_TIMEOUT",
         "message": "NCCL_TIMEOUT=10800: neither NCCL nor torch reads NCCL_TIMEOUT",
-        "hint": findings["NCCL_TIMEOUT"].hint}
+        "fix": findings["NCCL_TIMEOUT"].hint}
 
 
 SEED_004 = """

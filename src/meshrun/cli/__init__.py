@@ -10,7 +10,8 @@ Each verb is one module here (``cli/<verb>.py``, a :class:`~meshrun.cli.base.Ver
 options they share and what is derived from the parser are in :mod:`.options`. Node flags
 are also ``MESHRUN_<NAME>`` variables (a flag wins). ``os.environ`` is read here, once, and
 handed down: nothing below the CLI reads it. Every user error is one line on stderr and
-its exit code (see :mod:`meshrun.errors`).
+its exit code, the code at the end of the line (see :mod:`meshrun.errors`); stdout stays
+empty, so ``--json`` output is never mixed with an error.
 """
 
 from __future__ import annotations

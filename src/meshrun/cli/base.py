@@ -33,7 +33,7 @@ class Context:
         if cmd is None:
             raise UsageError(f"'meshrun {verb}' needs the training command",
                              hint=f"meshrun {verb} [flags] -- train.py [ARGS...] "
-                                  "(or -m package.module)")
+                                  "(or -m package.module)", code="no-command")
         return cmd
 
 

@@ -40,11 +40,12 @@ def run_bench(ctx: Context) -> int:
     if cmd is not None:
         raise UsageError(f"'meshrun {a.verb}' with --bench runs its own workers, not "
                          f"{cmd.display()}", subject="--bench",
-                         hint="drop the script, or drop --bench")
+                         hint="drop the script, or drop --bench", code="bench-with-command")
     try:
         sizes_between(a.sizes)
     except ValueError as exc:
-        raise UsageError(str(exc), subject="--sizes", hint="e.g. --sizes 1K:1G") from None
+        raise UsageError(str(exc), subject="--sizes", hint="e.g. --sizes 1K:1G",
+                         code="bad-sizes") from None
     iters = parse_int(a.iters, "--iters", minimum=1)
     bench_cmd = Command("meshrun.worker.collbench", ("--sizes", a.sizes, "--iters", str(iters)),
                         module=True)

@@ -30,7 +30,7 @@ class DiagnoseVerb(Verb):
         if not paths:
             raise UsageError("'meshrun diagnose' needs log files or a run's log folder",
                              hint="meshrun diagnose logs/<run-id>  (or: meshrun diagnose a.log "
-                                  "b.log)")
+                                  "b.log)", code="no-log-paths")
         job = None
         if a.config or a.set or a.recipe:
             from .. import job as jobcfg

@@ -52,7 +52,7 @@ JOB_OPTIONS = ("config", "set", "checkpoint_dir")
 
 class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, exit 2, no usage dump
-        raise UsageError(message, hint=f"see '{self.prog} --help'")
+        raise UsageError(message, hint=f"see '{self.prog} --help'", code="bad-flag")
 
 
 def dest_of(flag: str) -> str:
@@ -168,7 +168,8 @@ def split_command(argv: Sequence[str]) -> tuple[list[str], list[str] | None, boo
             return options, argv[i + 1:], False
         if token in ("-m", "--module"):
             if i + 1 >= len(argv):
-                raise UsageError("-m needs a module name", hint="meshrun run -m package.train")
+                raise UsageError("-m needs a module name", hint="meshrun run -m package.train",
+                                 code="bad-flag")
             return options, argv[i + 1:], True
         if token.startswith("-"):
             options.append(token)
@@ -220,7 +221,8 @@ def seconds(raw: str, label: str, minimum: float) -> float:
         raise UsageError(f"{label}={raw.strip()!r} is not a number of seconds >= {minimum:g}",
                          subject=label, hint=f"give seconds, e.g. {label} "
                                              f"{max(minimum, 15):g}" if label.startswith("--")
-                         else f"set {label} to seconds, e.g. {max(minimum, 15):g}")
+                         else f"set {label} to seconds, e.g. {max(minimum, 15):g}",
+                         code="bad-seconds")
     return value
 
 

@@ -55,14 +55,14 @@ class RenderVerb(Verb):
         else:
             known = sorted({*render.TARGETS, *platform.PLATFORM_TARGETS})
             raise UsageError(f"unknown render target {a.target!r}", subject="meshrun render",
-                             hint=f"use one of: {', '.join(known)}")
+                             hint=f"use one of: {', '.join(known)}", code="unknown-render-target")
         text = text if text.endswith("\n") else text + "\n"
         if not a.output:
             sys.stdout.write(text)
             return 0
         if os.path.exists(a.output) and not a.force:
             raise UsageError(f"{a.output} exists and would be overwritten", subject="-o",
-                             hint="choose another file, or pass --force")
+                             hint="choose another file, or pass --force", code="output-exists")
         with open(a.output, "w") as handle:
             handle.write(text)
         print(f"meshrun: wrote {a.output}", file=sys.stderr)
@@ -76,7 +76,8 @@ class RenderVerb(Verb):
         if a.recipe:
             if ctx.words:
                 raise UsageError("--recipe and a command were both given", subject="--recipe",
-                                 hint="give either --recipe NAME or -- SCRIPT, not both")
+                                 hint="give either --recipe NAME or -- SCRIPT, not both",
+                                 code="recipe-and-command")
             flags += ["--recipe", a.recipe]
         return flags
 
@@ -86,7 +87,8 @@ class RenderVerb(Verb):
         a = ctx.args
         if a.deepspeed:
             raise UsageError(f"--deepspeed is for the accelerate target, not {a.target}",
-                             subject="--deepspeed", hint="drop --deepspeed")
+                             subject="--deepspeed", hint="drop --deepspeed",
+                             code="deepspeed-not-for-target")
         values = {name: getattr(a, name, None) for name in (
             "nnodes", "nproc_per_node", "master_addr", "master_port", "run_id", "log_dir",
             "node_rank", *(dest_of(f) for f in RENDER_FLAGS))}
@@ -111,7 +113,8 @@ class RenderVerb(Verb):
             if a.target != "accelerate":
                 raise UsageError("--deepspeed is for the accelerate target",
                                  subject="--deepspeed",
-                                 hint="meshrun render accelerate --deepspeed ds.json")
+                                 hint="meshrun render accelerate --deepspeed ds.json",
+                                 code="deepspeed-not-for-target")
             read_deepspeed(a.deepspeed, plan, plan.job)
             options["deepspeed_config_file"] = a.deepspeed
             extra += ["--deepspeed", a.deepspeed]

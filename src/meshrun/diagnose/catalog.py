@@ -203,7 +203,8 @@ CATALOG: tuple[Signature, ...] = (
          "is advice)",
          suppresses=("master-dns-failure",)),
     sig("worker-bad-input", "the job's input refused",
-         [r"^meshrun: error: (?P<msg>.+?); fix: (?P<hint>.+)$"],
+         [(r"^meshrun: error: (?P<msg>.+?); fix: (?P<hint>.+?)"
+           r"(?: \[(?P<said>[a-z0-9]+(?:-[a-z0-9]+)*)\])?$")],
          lambda h: h.match["msg"], lambda h: h.match["hint"],
          SETUP, "`meshrun: error: ...; fix: ...` printed by a worker: a job config, "
          "MESHRUN_* variable or checkpoint the training side refused",

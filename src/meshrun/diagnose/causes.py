@@ -30,7 +30,8 @@ MESHRUN_FIRST_ERROR = re.compile(r"meshrun:\s+first error: (?P<line>.+)$")
 BANNER_RANKS = re.compile(r"^\s*global ranks\s*:\s*(?P<first>\d+)(?:-(?P<last>\d+))?\s+"
                            r"\(on (?P<host>[^)\s]+)\)")
 BANNER_NODE = re.compile(r"^\s*node rank\s*:\s*(?P<node>\d+)\b")
-_HINT = re.compile(r"; fix: (?P<hint>.+)$")
+# "; fix: HINT" at the end of meshrun's error line, before its " [code]" (meshrun.errors)
+_HINT = re.compile(r"; fix: (?P<hint>.+?)(?: \[[a-z0-9]+(?:-[a-z0-9]+)*\])?$")
 
 
 def killed_by(signal: str) -> str:

@@ -87,7 +87,8 @@ def diagnose_files(paths: Iterable[str | os.PathLike], *, job: Any = None,
                            if p.endswith(".log") and not _KEPT_ASIDE.search(p))
             if not inner:
                 raise UsageError(f"log folder {path} holds no *.log files", subject="LOGFILE",
-                                 hint="pass a run's folder (<log-dir>/<run-id>) or its log files")
+                                 hint="pass a run's folder (<log-dir>/<run-id>) or its log files",
+                                 code="log-folder-empty")
             named.extend((os.path.join(path, p), _read(os.path.join(path, p))) for p in inner)
         else:
             named.append((path, _read(path)))
@@ -119,13 +120,14 @@ def _read(path: str) -> str:
     if not os.path.exists(path):
         raise UsageError(f"log file {path} does not exist", subject="LOGFILE",
                          hint="pass the files under <log-dir>/<run-id>/, e.g. "
-                              "logs/<run-id>/node0.log")
+                              "logs/<run-id>/node0.log", code="log-not-found")
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:
             return handle.read()
     except OSError as exc:
         raise UsageError(f"cannot read log file {path} ({exc.strerror or exc})",
-                         subject="LOGFILE", hint="check the path and its permissions") from None
+                         subject="LOGFILE", hint="check the path and its permissions",
+                         code="log-unreadable") from None
 
 
 def _diagnose(named: Sequence[tuple[str, str]], job: Any,

@@ -49,10 +49,32 @@ class Diagnosis:
         if not self.cause or not self.fix:
             raise ValueError(f"diagnosis {self.code} needs a cause and a fix")
 
+    # meshrun's one diagnostic shape (meshrun.errors.Diagnostic): code, severity, subject,
+    # message, fix. A diagnosis adds where it was seen (rank, host, the log line) and prints
+    # grouped by code (one sentence for ranks 0-7: meshrun.diagnose.text.render_text).
+
+    @property
+    def severity(self) -> str:
+        return "error" if self.priority < EFFECT else "warning" if self.priority < ADVICE \
+            else "info"
+
+    @property
+    def subject(self) -> str:
+        where = f"rank {self.rank}" if self.rank is not None else (
+            f"local rank {self.local_rank}" if self.local_rank is not None else "")
+        if self.host:
+            where = f"{where} on {self.host}" if where else self.host
+        return where
+
+    @property
+    def message(self) -> str:
+        return self.cause
+
     def to_dict(self) -> dict:
-        """The JSON object of :func:`to_json` (the issue's keys first)."""
-        return {"code": self.code, "cause": self.cause, "fix": self.fix, "rank": self.rank,
-                "host": self.host, "line": self.line, "file": self.file,
+        """The JSON object of :func:`to_json` (the diagnostic shape's keys, then where)."""
+        return {"code": self.code, "severity": self.severity, "subject": self.subject,
+                "message": self.message, "cause": self.cause, "fix": self.fix,
+                "rank": self.rank, "host": self.host, "line": self.line, "file": self.file,
                 "line_no": self.line_no, "local_rank": self.local_rank,
                 "summary": self.summary, "names_cause": self.names_cause}
 

@@ -32,7 +32,7 @@ def data_parallel(tp: int, world_size: int, nproc: int, nnodes: int, source: dic
             hint=f"use a tp that divides {world_size}: "
                  f"{', '.join(map(str, within))} (within a node)"
                  + (f" or {', '.join(map(str, [d for d in good if d not in within]))}"
-                    if len(good) > len(within) else ""))
+                    if len(good) > len(within) else ""), code="tp-does-not-divide")
     if tp > 1 and nproc % tp:
         warnings.append(f"parallel.tp {tp} does not divide the {nproc} processes per node: "
                         f"tensor-parallel groups cross nodes and their traffic goes over the "
@@ -57,7 +57,7 @@ def batch(train: TrainConfig, dp: int, tp: int, nproc: int, nnodes: int, source:
                 f"train.effective_batch {train.effective_batch} ({source['train.effective_batch']})"
                 f" but {formula(train.grad_accum)}", subject="train.effective_batch",
                 hint="set train.keep_effective_batch = true to derive grad_accum from it, "
-                     "or remove train.effective_batch")
+                     "or remove train.effective_batch", code="effective-batch-mismatch")
         return train.grad_accum, effective, [
             f"grad_accum {train.grad_accum} ({source['train.grad_accum']})",
             formula(train.grad_accum)]
@@ -66,7 +66,8 @@ def batch(train: TrainConfig, dp: int, tp: int, nproc: int, nnodes: int, source:
     if target is None:
         raise UsageError("train.keep_effective_batch = true but neither train.effective_batch "
                          "nor train.lr_tuned_for_batch is set", subject="train.effective_batch",
-                         hint="set train.effective_batch = N (the batch to keep), e.g. 256")
+                         hint="set train.effective_batch = N (the batch to keep), e.g. 256",
+                         code="keep-batch-without-target")
     what = "effective_batch" if train.effective_batch else "lr_tuned_for_batch"
     if target % micro:
         relation = "is smaller than" if target < micro else "is not a multiple of"
@@ -74,7 +75,8 @@ def batch(train: TrainConfig, dp: int, tp: int, nproc: int, nnodes: int, source:
             f"train.{what} {target} {relation} per_device_batch {pdb} x {nproc} per node x "
             f"{nnodes} nodes / tp {tp} = {micro}, so keep_effective_batch cannot derive "
             f"grad_accum = {target} / {micro} = {target / micro:.3g}",
-            subject=f"train.{what}", hint=_keep_hint(target, pdb, dp, tp, nproc))
+            subject=f"train.{what}", hint=_keep_hint(target, pdb, dp, tp, nproc),
+            code="batch-not-divisible")
     accum = target // micro
     if not source["train.grad_accum"].startswith(("default", "recipe")) \
             and train.grad_accum != accum:

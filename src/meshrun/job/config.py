@@ -75,31 +75,35 @@ class JobConfig:
                 raise UsageError(f"{name} = {show(value)} in {where} is not a whole "
                                  f"number >= 1", subject=name,
                                  hint="let meshrun resolve the config (meshrun.job."
-                                      "resolve) instead of building it by hand")
+                                      "resolve) instead of building it by hand",
+                                      code="job-config-inconsistent")
         if self.world_size != self.nnodes * self.nproc_per_node:
             raise UsageError(f"world_size {self.world_size} != nnodes {self.nnodes} x "
                              f"nproc_per_node {self.nproc_per_node} in {where}",
-                             subject="world_size", hint="use meshrun.job.resolve")
+                             subject="world_size", hint="use meshrun.job.resolve",
+                             code="job-config-inconsistent")
         if self.dp * self.parallel.tp != self.world_size:
             raise UsageError(f"dp {self.dp} x tp {self.parallel.tp} != world size "
                              f"{self.world_size} in {where}", subject="dp",
-                             hint="use meshrun.job.resolve")
+                             hint="use meshrun.job.resolve", code="job-config-inconsistent")
         micro = self.train.per_device_batch * self.dp
         if micro * self.grad_accum != self.effective_batch:
             raise UsageError(f"effective_batch {self.effective_batch} != per_device_batch "
                              f"{self.train.per_device_batch} x dp {self.dp} x grad_accum "
                              f"{self.grad_accum} = {micro * self.grad_accum} in {where}",
-                             subject="effective_batch", hint="use meshrun.job.resolve")
+                             subject="effective_batch", hint="use meshrun.job.resolve",
+                             code="job-config-inconsistent")
         base = self.base_lr
         if not isinstance(base, (int, float)) or isinstance(base, bool) or base < 0:
             raise UsageError(f"base_lr = {show(base)} in {where} is not a number >= 0",
-                             subject="base_lr", hint="use meshrun.job.resolve")
+                             subject="base_lr", hint="use meshrun.job.resolve",
+                             code="job-config-inconsistent")
         object.__setattr__(self, "base_lr", float(base))
         for key, value in self.model.items():
             if not isinstance(value, (int, float, bool, str)):
                 raise UsageError(f"model.{key} = {show(value)} in {where} is not a number, "
                                  f"boolean or string", subject=f"model.{key}",
-                                 hint="model values are scalars")
+                                 hint="model values are scalars", code="job-config-inconsistent")
 
     @property
     def lr(self) -> float:
@@ -146,11 +150,13 @@ class JobConfig:
         """Rebuild a config from :meth:`to_dict`'s output (validated again)."""
         hint = "launch the workers with meshrun run, which writes it"
         if not isinstance(data, Mapping):
-            raise UsageError(f"{where} is not a JSON object", subject=where, hint=hint)
+            raise UsageError(f"{where} is not a JSON object", subject=where, hint=hint,
+                             code="job-config-json-bad")
         if data.get("version") != FORMAT_VERSION:
             raise UsageError(f"{where} has version {show(data.get('version'))}, this meshrun "
                              f"reads version {FORMAT_VERSION}", subject=where,
-                             hint="run the workers with the same meshrun as the launcher")
+                             hint="run the workers with the same meshrun as the launcher",
+                             code="job-config-json-bad")
         try:
             sections = {}
             for name, kind in SECTION_TYPES.items():
@@ -168,12 +174,13 @@ class JobConfig:
                       source=dict(data["source"]))
         except (KeyError, TypeError) as exc:
             raise UsageError(f"{where} is incomplete or malformed ({type(exc).__name__}: "
-                             f"{exc})", subject=where, hint=hint) from None
+                             f"{exc})", subject=where, hint=hint,
+                             code="job-config-json-bad") from None
         for key in ("lr", "grad_accum"):  # top-level copies of train.lr / train.grad_accum
             if key in data and data[key] != getattr(cfg, key):
                 raise UsageError(f"{where}: {key} {show(data[key])} != train.{key} "
                                  f"{show(getattr(cfg, key))}", subject=f"{where} {key}",
-                                 hint=hint)
+                                 hint=hint, code="job-config-json-bad")
         return cfg
 
     def to_env(self) -> dict[str, str]:
@@ -230,7 +237,7 @@ def from_env(env: Mapping[str, str]) -> JobConfig | None:
     except json.JSONDecodeError as exc:
         raise UsageError(f"{ENV_VAR} is not valid JSON ({exc})", subject=ENV_VAR,
                          hint="launch the workers with meshrun run, which writes it; "
-                              "unset it otherwise") from None
+                              "unset it otherwise", code="job-config-json-bad") from None
     return JobConfig.from_dict(data, where=ENV_VAR)
 
 
@@ -366,21 +373,25 @@ def for_worker(recipe_name: str, env: Mapping[str, str], world_size: int, *,
         except json.JSONDecodeError as exc:
             raise UsageError(f"{ENV_VAR} is not valid JSON ({exc})", subject=ENV_VAR,
                              hint="let meshrun write it (meshrun run --recipe ...), or unset it "
-                                  "to use the recipe's defaults") from None
+                                  "to use the recipe's defaults",
+                                  code="job-config-json-bad") from None
         if not isinstance(given, Mapping):
             raise UsageError(f"{ENV_VAR} is not a JSON object", subject=ENV_VAR,
-                             hint="unset it to use the recipe's defaults")
+                             hint="unset it to use the recipe's defaults",
+                             code="job-config-json-bad")
         if given.get("recipe", recipe_name) != recipe_name:
             raise UsageError(f"{ENV_VAR} is for recipe {given['recipe']!r}, this worker runs "
                              f"{recipe_name!r}", subject=ENV_VAR,
-                             hint="run the recipe the config names, or unset " + ENV_VAR)
+                             hint="run the recipe the config names, or unset " + ENV_VAR,
+                             code="job-config-other-recipe")
     if given is not None and "version" in given:  # written by meshrun: read it back, as is
         job = JobConfig.from_dict(given, where=ENV_VAR)
         if job.world_size != world_size:
             raise UsageError(f"{ENV_VAR} was resolved for world size {job.world_size}, this "
                              f"run has {world_size} processes", subject=ENV_VAR,
                              hint="start the workers with meshrun run, which resolves it for "
-                                  "the job's world size, or unset it")
+                                  "the job's world size, or unset it",
+                                  code="job-config-other-world")
     else:
         job = resolve(recipe_defaults={**recipe.defaults, "recipe": recipe_name},
                       file_data=given, sets=None, world_size=world_size,
@@ -394,6 +405,7 @@ def for_worker(recipe_name: str, env: Mapping[str, str], world_size: int, *,
         if not stop.isdigit() or int(stop) < 1:
             raise UsageError(f"MESHRUN_STOP_AFTER_STEP={stop!r} is not a step number >= 1",
                              subject="MESHRUN_STOP_AFTER_STEP",
-                             hint="set it to the last step to run, or unset it")
+                             hint="set it to the last step to run, or unset it",
+                             code="bad-stop-after-step")
         job = replace(job, train=replace(job.train, stop_after=int(stop)))
     return job

@@ -39,20 +39,24 @@ def load_file(path: str) -> dict:
     except FileNotFoundError:
         raise UsageError(f"--config {path}: no such file", subject="--config",
                          hint="check the path; it is read relative to the directory "
-                              "meshrun was started in") from None
+                              "meshrun was started in", code="config-file-unreadable") from None
     except IsADirectoryError:
         raise UsageError(f"--config {path} is a directory, not a TOML file",
-                         subject="--config", hint="name the .toml file itself") from None
+                         subject="--config", hint="name the .toml file itself",
+                         code="config-file-unreadable") from None
     except PermissionError:
         raise UsageError(f"--config {path}: permission denied", subject="--config",
-                         hint="make the file readable for this user") from None
+                         hint="make the file readable for this user",
+                         code="config-file-unreadable") from None
     except UnicodeDecodeError as exc:
         raise UsageError(f"--config {path} is not UTF-8 text ({exc.reason})",
-                         subject="--config", hint="save the file as UTF-8") from None
+                         subject="--config", hint="save the file as UTF-8",
+                         code="config-file-unreadable") from None
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"--config {path} is not valid TOML: {exc}", subject="--config",
                          hint="fix the TOML at that line (strings need quotes, tables "
-                              "look like [train], keys like steps = 100)") from None
+                              "look like [train], keys like steps = 100)",
+                              code="config-bad-toml") from None
     return data
 
 
@@ -73,11 +77,13 @@ def parse_sets(items: Sequence[str]) -> dict:
         key, raw = key.strip(), raw.strip()
         if not sep:
             raise UsageError(f"--set {item!r} has no '='", subject="--set",
-                             hint="write --set KEY=VALUE, e.g. --set train.steps=20")
+                             hint="write --set KEY=VALUE, e.g. --set train.steps=20",
+                             code="bad-set")
         if not _DOTTED.match(key):
             raise UsageError(f"--set {item!r}: {key!r} is not a dotted key",
                              subject="--set",
-                             hint="write --set SECTION.KEY=VALUE, e.g. --set parallel.tp=2")
+                             hint="write --set SECTION.KEY=VALUE, e.g. --set parallel.tp=2",
+                             code="bad-set")
         value = _parse_value(key, raw)
         node = out
         parts = key.split(".")
@@ -87,11 +93,12 @@ def parse_sets(items: Sequence[str]) -> dict:
                 above = ".".join(parts[:depth + 1])
                 raise UsageError(f"--set {key}: {above} was already set to a value, not a "
                                  f"table", subject=f"--set {key}",
-                                 hint=f"drop --set {above}=... or set keys under it")
+                                 hint=f"drop --set {above}=... or set keys under it",
+                                 code="bad-set")
         if isinstance(node.get(parts[-1]), dict) and not isinstance(value, dict):
             raise UsageError(f"--set {key}={raw}: {key} is a table of keys set elsewhere",
                              subject=f"--set {key}",
-                             hint=f"set single keys, e.g. --set {key}.KEY=VALUE")
+                             hint=f"set single keys, e.g. --set {key}.KEY=VALUE", code="bad-set")
         node[parts[-1]] = value
     return out
 
@@ -109,7 +116,7 @@ def _parse_value(key: str, raw: str) -> Any:
                          subject=f"--set {key}",
                          hint="write a TOML value: 1e-4, 20, true, [0.9, 0.95], or a string "
                               f"in quotes inside shell quotes (--set '{key}=\"a b\"')"
-                         ) from None
+                         , code="config-bad-toml") from None
 
 
 def recipe_name(file_data: Mapping | None, sets: Mapping | None) -> str | None:
@@ -121,7 +128,7 @@ def recipe_name(file_data: Mapping | None, sets: Mapping | None) -> str | None:
             if not isinstance(value, str) or not value:
                 raise UsageError(f"recipe = {show(value)} in {where} is not a recipe name",
                                  subject="recipe", hint='write recipe = "NAME", e.g. '
-                                                        'recipe = "mlp-tp"')
+                                                        'recipe = "mlp-tp"', code="bad-recipe-name")
             name = value
     return name
 
@@ -144,7 +151,7 @@ def read_layer(data: Mapping, label: str, where: str, model_schema: dict | None,
     if not isinstance(data, Mapping):
         raise UsageError(f"{where} is not a table of keys", subject=where,
                          hint="a config is a TOML document with [train], [parallel], ... "
-                              "tables")
+                              "tables", code="config-bad-shape")
     data = _expand(data)
     flat = _flatten(data, where, model_schema, top=True)
     profiles: dict[int, dict[str, Any]] = {}
@@ -152,18 +159,19 @@ def read_layer(data: Mapping, label: str, where: str, model_schema: dict | None,
     if not isinstance(raw, Mapping):
         raise UsageError(f"profiles = {show(raw)} in {where} is not a table",
                          subject="profiles", hint="write [profiles.64] tables with the "
-                                                  "overrides for world size 64")
+                                                  "overrides for world size 64",
+                                                  code="config-bad-shape")
     for size, table in raw.items():
         if not re.fullmatch(r"[1-9][0-9]*", str(size)):
             raise UsageError(f"profiles.{size} in {where}: profile names are world sizes "
                              f"(total processes), not {size!r}", subject=f"profiles.{size}",
                              hint="name it after the world size it applies to, e.g. "
-                                  "[profiles.64] for 8 nodes x 8 GPUs")
+                                  "[profiles.64] for 8 nodes x 8 GPUs", code="config-bad-profile")
         if not isinstance(table, Mapping):
             raise UsageError(f"profiles.{size} = {show(table)} in {where} is not a table",
                              subject=f"profiles.{size}",
                              hint=f"write [profiles.{size}] followed by lines like "
-                                  "train.grad_accum = 2")
+                                  "train.grad_accum = 2", code="config-bad-shape")
         profiles[int(size)] = _flatten(_expand(table), f"profiles.{size} in {where}",
                                        model_schema,
                                        top=False, prefix=f"profiles.{size}.")
@@ -180,7 +188,8 @@ def _expand(data: Mapping) -> dict:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
                 raise UsageError(f"{key}: {part} is both a value and a table",
-                                 subject=str(key), hint=f"set {part} one way only")
+                                 subject=str(key), hint=f"set {part} one way only",
+                                 code="config-bad-shape")
         if isinstance(value, Mapping) and isinstance(node.get(parts[-1]), dict):
             node[parts[-1]].update(_expand(value))
         elif isinstance(value, Mapping):
@@ -200,7 +209,8 @@ def _flatten(data: Mapping, where: str, model_schema: dict | None, *, top: bool,
             if name in TOP_LEVEL:
                 raise UsageError(f"{prefix}{name} in {where}: not allowed inside a profile",
                                  subject=f"{prefix}{name}",
-                                 hint=f"move {name} out of the [profiles...] table")
+                                 hint=f"move {name} out of the [profiles...] table",
+                                 code="config-bad-shape")
             _unknown(f"{prefix}{name}", name, where)
         if name == "profiles":
             continue
@@ -208,14 +218,14 @@ def _flatten(data: Mapping, where: str, model_schema: dict | None, *, top: bool,
             if not isinstance(value, str) or not value:
                 raise UsageError(f"recipe = {show(value)} in {where} is not a recipe name",
                                  subject="recipe", hint='write recipe = "NAME", e.g. '
-                                                        'recipe = "mlp-tp"')
+                                                        'recipe = "mlp-tp"', code="bad-recipe-name")
             flat["recipe"] = value
             continue
         if not isinstance(value, Mapping):
             raise UsageError(f"{prefix}{name} = {show(value)} in {where} is a value, but "
                              f"{name} is a table", subject=f"{prefix}{name}",
                              hint=f"write [{name}] and its keys under it, or dotted keys "
-                                  f"like {name}.KEY = VALUE")
+                                  f"like {name}.KEY = VALUE", code="config-bad-shape")
         for key, item in value.items():
             dotted = f"{name}.{key}"
             if name == "model":
@@ -239,7 +249,8 @@ def _unknown(shown: str, dotted: str, where: str) -> None:
     hint = (f"did you mean {' or '.join(close[:3])}?" if close
             else "see docs/config.md for the keys")
     raise UsageError(f"unknown key {shown} in {where}", subject=shown,
-                     hint=hint + " (unknown keys are errors so typos cannot pass silently)")
+                     hint=hint + " (unknown keys are errors so typos cannot pass silently)",
+                     code="config-unknown-key")
 
 
 
@@ -250,7 +261,7 @@ def _check_model(dotted: str, value: Any, where: str, schema: dict | None,
     if not isinstance(value, (int, float, bool, str)):
         raise UsageError(f"{shown} = {show(value)} in {where} is not a number, boolean or "
                          f"string", subject=shown, hint="model values are scalars, e.g. "
-                                                        f"{leaf} = 64")
+                                                        f"{leaf} = 64", code="config-bad-value")
     if schema is None:
         return value
     if leaf not in schema:
@@ -258,7 +269,8 @@ def _check_model(dotted: str, value: Any, where: str, schema: dict | None,
         known = ", ".join(sorted(schema)) or "none"
         hint = (f"did you mean {' or '.join('model.' + c for c in close)}?" if close
                 else f"the recipe's model keys are: {known}")
-        raise UsageError(f"unknown key {shown} in {where}", subject=shown, hint=hint)
+        raise UsageError(f"unknown key {shown} in {where}", subject=shown, hint=hint,
+                         code="config-unknown-key")
     expected = schema[leaf]
     kind = ("bool" if isinstance(expected, bool) else "int" if isinstance(expected, int)
             else "float" if isinstance(expected, float) else "str")

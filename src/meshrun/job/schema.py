@@ -216,7 +216,7 @@ def check_value(key: str, value: Any, spec: Knob, where: str, *,
             extra = f" (quote it: --set '{key}=\"...\"')"
         raise UsageError(f"{key} = {show(value)} in {where} {bad}", subject=key,
                          hint=f"write {spec.expect()}, e.g. {leaf} = "
-                              f"{show(_as_example(example, spec))}{extra}")
+                              f"{show(_as_example(example, spec))}{extra}", code="config-bad-value")
     return value
 
 

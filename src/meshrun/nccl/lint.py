@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
+from .. import errors
+from ..errors import SEVERITIES
 from ..facts.net import NetFacts
 from .policy import ports_text, roce_v2_gid_index
 from .syntax import parse_float, parse_int, parse_nccl_list, split_names
@@ -40,32 +42,17 @@ LINT_CODES = {
     "env-gid-index": "NCCL_IB_GID_INDEX does not fit this host's GID tables",
     "env-no-effect": "set, but without effect as combined",
 }
-SEVERITIES = ("error", "warning", "info")
 
 
 @dataclass(frozen=True)
-class Finding:
-    """One lint result: a kebab-case ``code``, the variable (``subject``), what is wrong
-    and the fix."""
-
-    code: str
-    severity: str
-    subject: str
-    message: str
-    hint: str = ""
+class Finding(errors.Finding):
+    """One lint result, in meshrun's one diagnostic shape (:class:`meshrun.errors.Finding`),
+    with a code of :data:`LINT_CODES`."""
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.code not in LINT_CODES:
             raise ValueError(f"unknown lint code {self.code!r}")
-        if self.severity not in SEVERITIES:
-            raise ValueError(f"severity must be one of {', '.join(SEVERITIES)}")
-
-    def line(self) -> str:
-        text = f"meshrun: {self.severity}: {self.message}"
-        return text + (f"; fix: {self.hint}" if self.hint else "")
-
-    def to_json(self) -> dict:
-        return asdict(self)
 
 
 _TIMEOUT_HINT = ("set MESHRUN_PG_TIMEOUT=<seconds> (meshrun.init_distributed passes it to "

@@ -135,7 +135,8 @@ def _visible_gpus(env: Mapping[str, str], facts: HostFacts) -> tuple[list[str], 
         if key in seen:
             raise UsageError(f"CUDA_VISIBLE_DEVICES={raw} names GPU {token} twice",
                              subject="CUDA_VISIBLE_DEVICES",
-                             hint="list each GPU once, e.g. CUDA_VISIBLE_DEVICES=0,1")
+                             hint="list each GPU once, e.g. CUDA_VISIBLE_DEVICES=0,1",
+                             code="bad-cuda-visible-devices")
         seen.add(key)
         chosen.append(gpu)
     return tokens, chosen
@@ -148,7 +149,8 @@ def _resolve_gpu(token: str, raw: str, by_index: dict[int, Gpu], facts: HostFact
             return by_index[int(token)]
         raise UsageError(f"CUDA_VISIBLE_DEVICES={raw} names GPU {token}, but this host has GPUs: "
                          f"{have}", subject="CUDA_VISIBLE_DEVICES",
-                         hint="list only GPUs of this host (nvidia-smi -L), or unset it")
+                         hint="list only GPUs of this host (nvidia-smi -L), or unset it",
+                         code="bad-cuda-visible-devices")
     if token.startswith("MIG-"):
         return Gpu(index=-1, uuid=token, name="MIG device")
     if token.startswith("GPU-"):
@@ -158,10 +160,12 @@ def _resolve_gpu(token: str, raw: str, by_index: dict[int, Gpu], facts: HostFact
         why = "matches no GPU of this host" if not matches else "matches several GPUs"
         raise UsageError(f"CUDA_VISIBLE_DEVICES={raw}: {token} {why}",
                          subject="CUDA_VISIBLE_DEVICES",
-                         hint="use indices or full UUIDs from nvidia-smi -L, or unset it")
+                         hint="use indices or full UUIDs from nvidia-smi -L, or unset it",
+                         code="bad-cuda-visible-devices")
     raise UsageError(f"CUDA_VISIBLE_DEVICES={raw}: {token!r} is neither a GPU index nor a UUID",
                      subject="CUDA_VISIBLE_DEVICES",
-                     hint="use indices like 0,1 or UUIDs like GPU-8f2e..., or unset it")
+                     hint="use indices like 0,1 or UUIDs like GPU-8f2e..., or unset it",
+                     code="bad-cuda-visible-devices")
 
 
 def _nproc(topo: Topology, visible: list[str], facts: HostFacts, source: dict[str, str],
@@ -180,13 +184,13 @@ def _nproc(topo: Topology, visible: list[str], facts: HostFacts, source: dict[st
             f"{len(visible)} visible GPUs ({', '.join(visible)}): worker {len(visible)} would "
             "fail with 'invalid device ordinal'", subject=chosen.source,
             hint=f"use {len(visible)} processes per node (a node runs only on its own GPUs; "
-                 "more GPUs means more nodes)")
+                 "more GPUs means more nodes)", code="too-many-processes")
     if not visible and not chosen.explicit:
         why = facts.gpu_error or "nvidia-smi lists no GPU"
         raise UsageError(f"{_say(chosen)} promises {chosen.value} GPUs but none is visible here "
                          f"({why})", subject=chosen.source,
                          hint="check the driver with nvidia-smi, or pass --nproc-per-node to run "
-                              "CPU processes")
+                              "CPU processes", code="no-gpu-visible")
     if visible and chosen.value < len(visible):
         warnings.append(f"using {chosen.value} of {len(visible)} visible GPUs ({_say(chosen)})")
     return chosen.value
@@ -210,7 +214,8 @@ def read_world_size(topo: Topology, nproc: int) -> tuple[str, str]:
         raise UsageError(
             f"WORLD_SIZE={ws.value} is neither the node count ({_say(topo.nnodes)}) nor "
             f"nodes x processes per node ({n} x {nproc} = {n * nproc})", subject="WORLD_SIZE",
-            hint="unset WORLD_SIZE or fix it; --world-size-means nodes|processes forces a reading")
+            hint="unset WORLD_SIZE or fix it; --world-size-means nodes|processes forces a reading",
+            code="world-size-contradiction")
     return "nodes", ("no other node count to cross-check: the platforms that export WORLD_SIZE "
                      "alone (PAI-DLC, KubeBrain, Volcano, older PyTorchJob) mean nodes")
 
@@ -227,7 +232,8 @@ def _nnodes(topo: Topology, nproc: int, source: dict[str, str]) -> tuple[int, st
                 raise UsageError(
                     f"WORLD_SIZE={ws} processes is not a multiple of {nproc} processes per node",
                     subject="WORLD_SIZE", hint="fix WORLD_SIZE or --nproc-per-node, or use "
-                                               "--world-size-means nodes")
+                                               "--world-size-means nodes",
+                                               code="world-size-contradiction")
             from_ws = Sourced(ws // nproc, f"WORLD_SIZE={ws} / {nproc} processes per node")
         else:
             from_ws = Sourced(ws, "WORLD_SIZE")
@@ -237,7 +243,8 @@ def _nnodes(topo: Topology, nproc: int, source: dict[str, str]) -> tuple[int, st
             raise UsageError(
                 f"WORLD_SIZE={ws} read as {means} ({why}) means {from_ws.value} nodes, but "
                 f"{_say(nnodes)}", subject="WORLD_SIZE",
-                hint="fix WORLD_SIZE or the node count, or force the other reading of WORLD_SIZE")
+                hint="fix WORLD_SIZE or the node count, or force the other reading of WORLD_SIZE",
+                code="world-size-contradiction")
     elif topo.world_size_means is not None:
         reading = f"{topo.world_size_means.source} given but WORLD_SIZE is not set"
     if nnodes is None and "kubernetes-indexed-job" in topo.platforms:
@@ -247,7 +254,7 @@ def _nnodes(topo: Topology, nproc: int, source: dict[str, str]) -> tuple[int, st
             f"{_say(topo.node_rank)} (Kubernetes Indexed Job) but nothing set the node count: "
             "an Indexed Job does not export spec.completions", subject="MESHRUN_NNODES",
             hint="set MESHRUN_NNODES to spec.completions in the pod template (meshrun render "
-                 "k8s does), or pass --nnodes")
+                 "k8s does), or pass --nnodes", code="node-count-missing")
     if nnodes is None:
         source["nnodes"] = "default: nothing names a node count, so a single node"
         return 1, reading
@@ -262,7 +269,7 @@ def _node_rank(topo: Topology, nnodes: int, source: dict[str, str]) -> int:
             raise UsageError(f"{nnodes} nodes but nothing says which one this is",
                              subject="--node-rank",
                              hint="pass --node-rank (0 on the master, 1.. on the others) or set "
-                                  "MESHRUN_NODE_RANK")
+                                  "MESHRUN_NODE_RANK", code="node-rank-missing")
         source["node_rank"] = "default: the only node"
         return 0
     if rank.value >= nnodes:
@@ -271,7 +278,7 @@ def _node_rank(topo: Topology, nnodes: int, source: dict[str, str]) -> int:
             hint = "nothing set the node count: pass --nnodes or set MESHRUN_NNODES"
         raise UsageError(f"{_say(rank)} is not below the node count {nnodes} "
                          f"({source['nnodes']}); node ranks run 0..{nnodes - 1}",
-                         subject=rank.source, hint=hint)
+                         subject=rank.source, hint=hint, code="node-rank-out-of-range")
     source["node_rank"] = rank.source
     return rank.value
 
@@ -285,7 +292,8 @@ def _one_agent_per_node(topo: Topology, nproc: int) -> None:
         raise UsageError(
             f"{launcher} started {agents.value} meshrun copies on this node ({agents.source}); "
             f"each would start all {nproc} workers (duplicate GPUs, {agents.value * nproc} "
-            "processes)", subject=agents.source, hint=f"start one per node: {fix}")
+            "processes)", subject=agents.source, hint=f"start one per node: {fix}",
+            code="several-agents-per-node")
 
 
 def _master_addr(topo: Topology, nnodes: int, source: dict[str, str], facts: HostFacts) -> str:
@@ -297,7 +305,8 @@ def _master_addr(topo: Topology, nnodes: int, source: dict[str, str], facts: Hos
             raise UsageError(f"{nnodes} nodes ({source['nnodes']}) but no master address{why}",
                              subject="--master-addr",
                              hint="pass --master-addr (or set MESHRUN_MASTER_ADDR or MASTER_ADDR) "
-                                  "with node 0's address, the same on every node")
+                                  "with node 0's address, the same on every node",
+                                  code="master-addr-missing")
         source["master_addr"] = "default: single node, loopback"
         return "127.0.0.1"
     # Bare, as getaddrinfo and torch's TCPStore take it: [fd00::1] is stored as fd00::1.
@@ -306,10 +315,12 @@ def _master_addr(topo: Topology, nnodes: int, source: dict[str, str], facts: Hos
     if problem == HAS_PORT:
         raise UsageError(f"{_say(addr)} {problem}", subject=addr.source,
                          hint="give the port separately with --master-port / MASTER_PORT "
-                              "(an IPv6 address alone: fd00::1 or [fd00::1])")
+                              "(an IPv6 address alone: fd00::1 or [fd00::1])",
+                              code="bad-master-addr")
     if problem:
         raise UsageError(f"{_say(addr)} {problem}", subject=addr.source,
-                         hint="give a bare host or address like 10.0.0.1, fd00::1 or node-0.svc")
+                         hint="give a bare host or address like 10.0.0.1, fd00::1 or node-0.svc",
+                         code="bad-master-addr")
     source["master_addr"] = addr.source
     return value
 
@@ -324,7 +335,7 @@ def _master_port(topo: Topology, nnodes: int, source: dict[str, str]) -> int:
         return DEFAULT_MASTER_PORT
     if not 1 <= port.value <= 65535:
         raise UsageError(f"{_say(port)} is outside 1..65535", subject=port.source,
-                         hint="pick a free port such as 29500")
+                         hint="pick a free port such as 29500", code="port-out-of-range")
     source["master_port"] = port.source
     return port.value
 
@@ -336,7 +347,7 @@ def _run_id(topo: Topology, addr: str, port: int, nnodes: int,
         if not RUN_ID.match(value):
             raise UsageError(f"{_say(topo.run_id)} is not a usable run id", subject=topo.run_id.source,
                              hint="use letters, digits, '.', '_' and '-' (at most 128), starting "
-                                  "with a letter or digit")
+                                  "with a letter or digit", code="bad-run-id")
         source["run_id"] = topo.run_id.source
         return value
     # Identical on every node without talking: a hash of what every node agrees on.

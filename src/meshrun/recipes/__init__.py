@@ -104,7 +104,8 @@ def parse_peak_flops(raw: str) -> float | None:
         raise UsageError(f"MESHRUN_PEAK_FLOPS={raw!r} is not a positive number",
                          subject="MESHRUN_PEAK_FLOPS",
                          hint="give the device's dense bf16 peak in FLOP/s, e.g. "
-                              "MESHRUN_PEAK_FLOPS=989e12 for an H100 SXM, or unset it")
+                              "MESHRUN_PEAK_FLOPS=989e12 for an H100 SXM, or unset it",
+                              code="bad-peak-flops")
     return value
 
 
@@ -114,7 +115,8 @@ def get(name: str) -> Recipe:
         return RECIPES[name]
     except KeyError:
         raise UsageError(f"unknown recipe {name!r}", subject="--recipe",
-                         hint=f"use one of: {', '.join(sorted(RECIPES))}") from None
+                         hint=f"use one of: {', '.join(sorted(RECIPES))}",
+                         code="unknown-recipe") from None
 
 
 __all__ = ["AUTOENCODER_DEFAULTS", "MLP_TP_DEFAULTS", "RECIPES", "Recipe", "get",

@@ -92,7 +92,8 @@ def render(target: str, plan: LaunchPlan, job: Mapping[str, Any] | None = None,
     """Render ``target`` for ``plan``; an unknown target is a :class:`UsageError`."""
     if target not in TARGETS:
         raise UsageError(f"unknown render target {target!r}", subject="meshrun render",
-                         hint=f"use one of: {', '.join(sorted(TARGETS))}")
+                         hint=f"use one of: {', '.join(sorted(TARGETS))}",
+                         code="unknown-render-target")
     return TARGETS[target].load()(plan, job, **options)
 
 
@@ -185,30 +186,35 @@ def train_numbers(plan: LaunchPlan, job: Any) -> TrainNumbers:
         if mode not in PRECISIONS:
             raise UsageError(f"parallel.mixed_precision is {mode!r}",
                              subject="parallel.mixed_precision",
-                             hint=f"use one of: {', '.join(PRECISIONS)}")
+                             hint=f"use one of: {', '.join(PRECISIONS)}",
+                             code="render-job-config-bad")
         if "world_size" in job and job["world_size"] != plan.world_size:
             raise UsageError(
                 f"the job config was resolved for world size {job['world_size']} but this plan "
                 f"has {plan.world_size} ({plan.nnodes} nodes x {plan.nproc_per_node})",
                 subject="job config", hint="resolve the job config with the same node flags "
-                                           "as the render command")
+                                           "as the render command",
+                                           code="render-job-config-mismatch")
     if plan.world_size % tp:
         raise UsageError(f"world size {plan.world_size} ({plan.nnodes} nodes x "
                          f"{plan.nproc_per_node}) is not divisible by parallel.tp {tp}",
-                         subject="parallel.tp", hint="pick a tp that divides the world size")
+                         subject="parallel.tp", hint="pick a tp that divides the world size",
+                         code="tp-does-not-divide")
     dp = plan.world_size // tp
     effective = pdb * dp * accum
     if job is not None:
         if "dp" in job and job["dp"] != dp:
             raise UsageError(f"the job config says dp {job['dp']} but world size "
                              f"{plan.world_size} / tp {tp} = {dp}", subject="job config",
-                             hint="resolve the job config with the same node flags")
+                             hint="resolve the job config with the same node flags",
+                             code="render-job-config-mismatch")
         if "effective_batch" in job and job["effective_batch"] != effective:
             raise UsageError(
                 f"the job config's effective batch {job['effective_batch']} is not "
                 f"per_device_batch {pdb} x dp {dp} x grad_accum {accum} = {effective}",
                 subject="effective_batch", hint="resolve the job config with the same node "
-                                                "flags as the render command")
+                                                "flags as the render command",
+                                                code="render-job-config-mismatch")
     if mode == "auto":
         precision = "bf16" if plan.device == "cuda" else "fp32"
         why = f"mixed_precision auto: {precision} on {'GPUs' if plan.device == 'cuda' else 'CPU'}"
@@ -223,7 +229,8 @@ def _table(job: Mapping[str, Any], name: str) -> Mapping[str, Any]:
     value = job.get(name, {})
     if not isinstance(value, Mapping):
         raise UsageError(f"job config section [{name}] is {type(value).__name__}, not a table",
-                         subject=name, hint=f"make [{name}] a table of keys")
+                         subject=name, hint=f"make [{name}] a table of keys",
+                         code="render-job-config-bad")
     return value
 
 
@@ -232,7 +239,8 @@ def _int(table: Mapping[str, Any], key: str, *, minimum: int, default: int | Non
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         missing = "missing" if value is None else f"{value!r}"
         raise UsageError(f"{key} is {missing}; it must be an integer >= {minimum}", subject=key,
-                         hint=f"set {key} to a whole number such as {max(minimum, 1)}")
+                         hint=f"set {key} to a whole number such as {max(minimum, 1)}",
+                         code="render-job-config-bad")
     return value
 
 
@@ -240,5 +248,6 @@ def _number(table: Mapping[str, Any], key: str, *, default: float) -> float:
     value = table.get(key.split(".", 1)[1], default)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
         raise UsageError(f"{key} is {value!r}; it must be a number >= 0", subject=key,
-                         hint=f"set {key} to e.g. 1.0, or 0 for no clipping")
+                         hint=f"set {key} to e.g. 1.0, or 0 for no clipping",
+                         code="render-job-config-bad")
     return float(value)

@@ -105,7 +105,8 @@ def check_deepspeed_config(config: Mapping[str, Any], plan: LaunchPlan,
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise UsageError(f"{source}: {key} is {value!r}", subject=source,
-                             hint=f"make {key} a positive integer or \"auto\"")
+                             hint=f"make {key} a positive integer or \"auto\"",
+                             code="deepspeed-config-bad")
         fields[key] = value
     tb, mb, ga = (fields.get("train_batch_size"), fields.get("train_micro_batch_size_per_gpu"),
                   fields.get("gradient_accumulation_steps"))
@@ -114,10 +115,10 @@ def check_deepspeed_config(config: Mapping[str, Any], plan: LaunchPlan,
         raise UsageError(
             f"{source}: train_batch_size {tb} is not train_micro_batch_size_per_gpu {mb} x "
             f"gradient_accumulation_steps {ga} x {dp_text} = {mb * ga * nums.dp}",
-            subject=source, hint=fix)
+            subject=source, hint=fix, code="deepspeed-config-mismatch")
     if tb is not None and tb % nums.dp:
         raise UsageError(f"{source}: train_batch_size {tb} is not divisible by the {dp_text}",
-                         subject=source, hint=fix)
+                         subject=source, hint=fix, code="deepspeed-config-mismatch")
     if job is not None:
         wanted = {"train_micro_batch_size_per_gpu": ("train.per_device_batch",
                                                      nums.per_device_batch),
@@ -127,13 +128,14 @@ def check_deepspeed_config(config: Mapping[str, Any], plan: LaunchPlan,
             if key in fields and fields[key] != value:
                 raise UsageError(f"{source}: {key} is {fields[key]} but the job config's "
                                  f"{job_key} is {value} ({nums.arithmetic()})",
-                                 subject=source, hint=fix + ' (or write "auto" there)')
+                                 subject=source, hint=fix + ' (or write "auto" there)',
+                                 code="deepspeed-config-mismatch")
         bf16 = config.get("bf16", {})
         enabled = bf16.get("enabled") if isinstance(bf16, Mapping) else None
         if isinstance(enabled, bool) and enabled != (nums.precision == "bf16"):
             raise UsageError(f"{source}: bf16.enabled is {str(enabled).lower()} but the job "
                              f"config resolves to {nums.precision} ({nums.precision_reason})",
-                             subject=source, hint=fix)
+                             subject=source, hint=fix, code="deepspeed-config-mismatch")
     return nums
 
 

@@ -222,15 +222,15 @@ def render_platform(spec: RenderSpec) -> str:
 
 # --- validation ------------------------------------------------------------------------------
 
-def _fail(message: str, flag: str, hint: str) -> NoReturn:
-    raise UsageError(message, subject=flag, hint=hint)
+def _fail(message: str, flag: str, hint: str, code: str = "render-bad-value") -> NoReturn:
+    raise UsageError(message, subject=flag, hint=hint, code=code)
 
 
 def _validate(spec: RenderSpec) -> None:
     t = spec.target
     if t not in PLATFORM_TARGETS:
         _fail(f"unknown platform target {t!r}", "meshrun render",
-              f"use one of: {', '.join(PLATFORM_TARGETS)}")
+              f"use one of: {', '.join(PLATFORM_TARGETS)}", code="unknown-render-target")
     for f in fields(spec):
         value = getattr(spec, f.name)
         words = value if isinstance(value, tuple) else (value,)
@@ -324,7 +324,7 @@ def _validate_command(spec: RenderSpec) -> None:
     if not cmd or not cmd[0] or (cmd[0] == "-m" and (len(cmd) < 2 or not cmd[1])):
         _fail("the training command is missing", "meshrun render",
               f"meshrun render {spec.target} [flags] -- train.py [ARGS...] "
-              "(or -m package.module)")
+              "(or -m package.module)", code="render-no-command")
     if cmd[0] != "-m" and cmd[0].startswith("-"):
         _fail(f"the training command starts with the option {cmd[0]!r}", "meshrun render",
               "put meshrun's flags before '--' and the script right after it")
@@ -332,7 +332,8 @@ def _validate_command(spec: RenderSpec) -> None:
         name = word.split("=", 1)[0]
         if name in _NODE_FLAGS:
             _fail(f"run flag {word!r} is a node flag, which the platform (or this file) supplies",
-                  name, f"drop it, or use render's own {name} where it has one")
+                  name, f"drop it, or use render's own {name} where it has one",
+                  code="render-node-flag")
 
 
 def _validate_env(spec: RenderSpec) -> None:
@@ -340,62 +341,71 @@ def _validate_env(spec: RenderSpec) -> None:
     for name, _value in spec.env:
         if not _ENV_NAME.match(name):
             _fail(f"--env {name!r} is not a variable name", "--env",
-                  "use NAME=VALUE with NAME made of letters, digits and '_'")
+                  "use NAME=VALUE with NAME made of letters, digits and '_'", code="render-bad-env")
         if name in seen:
-            _fail(f"--env {name} is given twice", "--env", "give each variable once")
+            _fail(f"--env {name} is given twice", "--env", "give each variable once",
+                  code="render-bad-env")
         seen.add(name)
         if name in _FLAG_VARS:
             _fail(f"--env {name} is set by the file itself", "--env",
                   f"use {_FLAG_VARS[name]} instead" if _FLAG_VARS[name].startswith("--")
-                  else "drop it: each node's rank comes from the platform")
+                  else "drop it: each node's rank comes from the platform", code="render-bad-env")
         if name in _PLATFORM_VARS or name.startswith(_PLATFORM_PREFIXES):
             _fail(f"--env {name} belongs to the platform, which sets it on every node",
-                  "--env", "drop it; meshrun reads the platform's own value")
+                  "--env", "drop it; meshrun reads the platform's own value", code="render-bad-env")
 
 
 def _validate_target_rules(spec: RenderSpec) -> None:
     t = spec.target
     if t in CONTAINER_TARGETS and not spec.image:
         _fail(f"'{t}' runs a container image but none was given", "--image",
-              "pass --image REGISTRY/IMAGE:TAG (an image with meshrun and your code in it)")
+              "pass --image REGISTRY/IMAGE:TAG (an image with meshrun and your code in it)",
+              code="render-no-image")
     if t == "slurm" and spec.image:
         _fail("--image does not apply to slurm: the nodes run their own Python environment",
-              "--image", "drop --image (or render docker for containers)")
+              "--image", "drop --image (or render docker for containers)",
+              code="render-flag-not-applicable")
     if t in KUBE_TARGETS and spec.master_addr:
         _fail(f"--master-addr does not apply to '{t}': node 0's address is the job's own "
-              "DNS name", "--master-addr", "drop --master-addr")
+              "DNS name", "--master-addr", "drop --master-addr", code="render-flag-not-applicable")
     if t == "slurm" and spec.master_addr:
         _fail("--master-addr does not apply to slurm: node 0 is the first host of the "
-              "allocation", "--master-addr", "drop --master-addr")
+              "allocation", "--master-addr", "drop --master-addr",
+              code="render-flag-not-applicable")
     if t == "docker" and spec.nnodes > 1 and not spec.master_addr:
         _fail(f"{spec.nnodes} nodes but no master address for docker", "--master-addr",
-              "pass --master-addr with node 0's address (the same on every node)")
+              "pass --master-addr with node 0's address (the same on every node)",
+              code="master-addr-missing")
     if t == "slurm" and spec.master_port != DEFAULT_MASTER_PORT:
         _fail("--master-port does not apply to slurm: each job's port is derived from its job "
               "id, so two jobs on one node never collide", "--master-port",
-              "drop --master-port")
+              "drop --master-port", code="render-flag-not-applicable")
     if t == "trainjob" and spec.master_port != TRAINJOB_MASTER_PORT:
         _fail(f"Kubeflow Trainer fixes the master port at {TRAINJOB_MASTER_PORT} "
-              "(PET_MASTER_PORT)", "--master-port", "drop --master-port")
+              "(PET_MASTER_PORT)", "--master-port", "drop --master-port",
+              code="render-flag-not-applicable")
     if t == "trainjob" and spec.backoff_limit:
         _fail("a TrainJob has no retry count of its own (the runtime's JobSet failurePolicy "
               "decides)", "--backoff-limit", "drop --backoff-limit, or set failurePolicy."
-                                             "maxRestarts in the training runtime")
+                                             "maxRestarts in the training runtime",
+                                             code="render-flag-not-applicable")
     if t not in ("slurm",) and (spec.partition or spec.time_limit or spec.account):
         flag = "--partition" if spec.partition else "--time" if spec.time_limit else "--account"
-        _fail(f"{flag} applies to slurm only", flag, f"drop {flag}")
+        _fail(f"{flag} applies to slurm only", flag, f"drop {flag}",
+              code="render-flag-not-applicable")
     if t not in KUBE_TARGETS and spec.namespace:
         _fail(f"--namespace applies to Kubernetes targets only, not '{t}'", "--namespace",
-              "drop --namespace")
+              "drop --namespace", code="render-flag-not-applicable")
     if t == "docker" and spec.cpus_per_node:
         _fail("--cpus-per-node does not apply to docker (a node's container gets the host's "
-              "CPUs)", "--cpus-per-node", "drop --cpus-per-node")
+              "CPUs)", "--cpus-per-node", "drop --cpus-per-node", code="render-flag-not-applicable")
     if t in ("slurm",) and spec.shm_size:
         _fail("--shm-size does not apply to slurm (the node's /dev/shm is the host's)",
-              "--shm-size", "drop --shm-size")
+              "--shm-size", "drop --shm-size", code="render-flag-not-applicable")
     if t in ("slurm", "docker") and spec.backoff_limit:
         _fail(f"--backoff-limit does not apply to {t}", "--backoff-limit",
-              "drop it; meshrun run's --max-restarts restarts the workers in place")
+              "drop it; meshrun run's --max-restarts restarts the workers in place",
+              code="render-flag-not-applicable")
 
 
 def _flag(field_name: str) -> str:
@@ -431,13 +441,15 @@ def spec_from_flags(target: str, command: Sequence[str] | None, *, module: bool 
     """
     if target not in PLATFORM_TARGETS:
         _fail(f"unknown platform target {target!r}", "meshrun render",
-              f"use one of: {', '.join(PLATFORM_TARGETS)}")
+              f"use one of: {', '.join(PLATFORM_TARGETS)}", code="unknown-render-target")
     if node_rank not in (None, ""):
         _fail("--node-rank does not apply to a submission file: one file serves every node, "
-              "and the platform tells each node its rank", "--node-rank", "drop --node-rank")
+              "and the platform tells each node its rank", "--node-rank", "drop --node-rank",
+              code="render-flag-not-applicable")
     if not command:
         _fail("the training command is missing", "meshrun render",
-              f"meshrun render {target} [flags] -- train.py [ARGS...] (or -m package.module)")
+              f"meshrun render {target} [flags] -- train.py [ARGS...] (or -m package.module)",
+              code="render-no-command")
     words = tuple(command)
     if module:
         words = ("-m", *words)
@@ -448,7 +460,8 @@ def spec_from_flags(target: str, command: Sequence[str] | None, *, module: bool 
     for item in env:
         name, sep, value = item.partition("=")
         if not sep:
-            _fail(f"--env {item!r} has no '='", "--env", f"use --env {item}=VALUE")
+            _fail(f"--env {item!r} has no '='", "--env", f"use --env {item}=VALUE",
+                  code="render-bad-env")
         pairs.append((name, value))
     launcher = _split("--meshrun", meshrun, "'python -m meshrun'") if meshrun else ("meshrun",)
     extra = (*_split("--run-args", run_args, "'--config job.toml'"), *run_flags)
@@ -457,7 +470,7 @@ def spec_from_flags(target: str, command: Sequence[str] | None, *, module: bool 
         made_from = words[1] if module else words[0]
         _fail(f"no job name given and none can be made from {made_from!r}",
               "--job-name", "pass --job-name NAME (lowercase letters, digits and '-', starting "
-                            "with a letter)")
+                            "with a letter)", code="render-no-job-name")
     return RenderSpec(
         target=target, job_name=name, command=words,
         nnodes=_int("--nnodes", nnodes, 1, minimum=1), nproc_per_node=nproc, gpus_per_node=gpus,

@@ -85,7 +85,7 @@ class Report:
 
 
 def _fail(path: str, message: str, hint: str) -> UsageError:
-    return UsageError(f"{path}: {message}", subject="RUN_DIR", hint=hint)
+    return UsageError(f"{path}: {message}", subject="RUN_DIR", hint=hint, code="report-bad-run-dir")
 
 
 def _plan(path: str) -> dict[str, Any]:
@@ -176,7 +176,8 @@ def report(paths: list[str], baseline: str | None = None) -> Report:
     """Summaries of ``paths`` and, with two or more, their scaling against the baseline."""
     if not paths:
         raise UsageError("'meshrun report' needs one or more run log folders",
-                         subject="RUN_DIR", hint="meshrun report logs/<run-id> [logs/<run-id> ...]")
+                         subject="RUN_DIR", hint="meshrun report logs/<run-id> [logs/<run-id> ...]",
+                         code="no-run-dirs")
     paths = [os.path.normpath(p) for p in paths]
     if baseline is not None:
         baseline = os.path.normpath(baseline)

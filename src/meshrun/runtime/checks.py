@@ -21,7 +21,7 @@ def check_log_dir(path: str) -> None:
     except OSError as exc:
         raise UsageError(f"the log folder {path} cannot be written ({exc.strerror})",
                          subject="--log-dir", hint="pass --log-dir on a writable filesystem "
-                         "(or set MESHRUN_LOG_DIR)") from None
+                         "(or set MESHRUN_LOG_DIR)", code="log-dir-unwritable") from None
 
 
 def check_worker_env(env: Mapping[str, str]) -> None:
@@ -50,7 +50,8 @@ def check_command(cmd) -> None:
         if not found:
             raise UsageError(f"-m {cmd.target}: no module named {top!r} for {sys.executable}",
                              subject="-m", hint="install the package into this Python "
-                             "environment, or start meshrun from the folder that holds it")
+                             "environment, or start meshrun from the folder that holds it",
+                             code="module-not-found")
         return
     if os.path.isdir(cmd.target) and os.path.isfile(os.path.join(cmd.target, "__main__.py")):
         return  # a folder with __main__.py runs as python runs it
@@ -60,4 +61,5 @@ def check_command(cmd) -> None:
                 else "does not exist")
         raise UsageError(f"the training script {cmd.target} {what} (relative to {where})",
                          subject="SCRIPT", hint="check the path; every node runs it from its "
-                         "own working directory, so it must exist there on every node")
+                         "own working directory, so it must exist there on every node",
+                         code="script-not-found")

@@ -28,26 +28,14 @@ import shutil
 import socket
 from dataclasses import asdict, dataclass
 
+from ..errors import Finding
 from ..plan import LaunchPlan
 from ..topology.address import join_host_port
 
 GIB = 1 << 30
 
 
-@dataclass(frozen=True)
-class Check:
-    code: str
-    severity: str  # error | warning | info
-    subject: str
-    message: str
-    hint: str = ""
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-    def line(self) -> str:
-        text = f"{self.severity:7} {self.code:22} {self.message}"
-        return text + (f"; fix: {self.hint}" if self.hint else "")
+Check = Finding  # a doctor check is a finding, in the one diagnostic shape
 
 
 def local_checks(plan: LaunchPlan, env: dict, *, checkpoint_dir: str = "checkpoints") -> list[Check]:
@@ -144,8 +132,7 @@ def _lint(plan: LaunchPlan, env: dict) -> list[Check]:
     from ..nccl import lint_env
 
     facts = netfacts.collect(plan.master_addr, plan.master_port, env=env)
-    return [Check(f.code, f.severity, f.subject, f.message, f.hint)
-            for f in lint_env(env, facts)]
+    return list(lint_env(env, facts))
 
 
 def from_preflight(verdict) -> list[Check]:

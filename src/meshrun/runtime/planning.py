@@ -55,11 +55,13 @@ def read_deepspeed(path: str, plan: LaunchPlan, job: Any) -> None:
             data = json.load(handle)
     except OSError as exc:
         raise UsageError(f"cannot read the DeepSpeed config {path}: {exc.strerror}",
-                         subject="--deepspeed", hint="check the path") from None
+                         subject="--deepspeed", hint="check the path",
+                         code="deepspeed-config-unreadable") from None
     except json.JSONDecodeError as exc:
         raise UsageError(f"{path} is not valid JSON (line {exc.lineno}: {exc.msg})",
                          subject="--deepspeed", hint="fix the file, or write one with "
-                         "meshrun render deepspeed -o ds.json") from None
+                         "meshrun render deepspeed -o ds.json",
+                         code="deepspeed-config-unreadable") from None
     job_dict = job.to_dict() if hasattr(job, "to_dict") else job
     check_deepspeed_config(data, plan, job_dict, source=f"--deepspeed {path}")
 
@@ -90,7 +92,8 @@ def job_input(cmd: Command | None, *, recipe: str | None = None, config: str | N
         if cmd is not None:
             raise UsageError(f"--recipe {recipe} and a command ({cmd.display()}) were both "
                              "given", subject="--recipe",
-                             hint="give either --recipe NAME or -- SCRIPT, not both")
+                             hint="give either --recipe NAME or -- SCRIPT, not both",
+                             code="recipe-and-command")
         overrides["recipe"] = recipe
     name = jobcfg.recipe_name(file_data, overrides)
     if name is None and cmd is not None and cmd.module:

@@ -150,7 +150,8 @@ def _parse(name: str, raw: str, label: str):
         if value not in WORLD_SIZE_MEANS:
             raise UsageError(f"{label} {raw!r} is neither 'nodes' nor 'processes'", subject=label,
                              hint=f"use {label} nodes (WORLD_SIZE counts machines) or "
-                                  f"{label} processes (WORLD_SIZE counts GPUs/processes)")
+                                  f"{label} processes (WORLD_SIZE counts GPUs/processes)",
+                                  code="bad-world-size-means")
         return value
     if name == "master_addr":
         return unbracket(raw)
@@ -166,7 +167,8 @@ def _merge(name: str, detected: list[Claims]) -> Sourced | None:
             raise UsageError(
                 f"{_show(s1)} and {_show(s2)} disagree on the {what}", subject=s1.source,
                 hint=f"unset the wrong one, or choose with {Flags.flag_name(name)} "
-                     f"(or {Flags.env_name(name)})" if name in FIELDS else "unset the wrong one")
+                     f"(or {Flags.env_name(name)})" if name in FIELDS else "unset the wrong one",
+                     code="platform-conflict")
     if explicit:
         return explicit[0][1]
     return candidates[0][1] if candidates else None
@@ -201,7 +203,7 @@ def _refuse_inside_worker(env: Mapping[str, str]) -> None:
                 f"{name}={env[name]} is set: this is already a worker started by a launcher "
                 "(torchrun, meshrun, accelerate), and meshrun here would start workers of its own",
                 subject=name, hint="call your script directly inside workers; if this is not a "
-                                   f"worker, unset {name}")
+                                   f"worker, unset {name}", code="nested-launch")
 
 
 __all__ = ["Flags", "HostInfo", "Sourced", "Topology", "detect"]

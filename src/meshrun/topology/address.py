@@ -75,13 +75,14 @@ def split_endpoint(text: str, name: str) -> tuple[str, int | None]:
         inside, sep, rest = raw[1:].partition("]")
         if not sep or not is_ipv6(inside) or (rest and not rest.startswith(":")):
             raise UsageError(f"{name}={raw!r} is not an endpoint: brackets must hold an IPv6 "
-                             "address, optionally followed by :port", subject=name, hint=fix)
+                             "address, optionally followed by :port", subject=name, hint=fix,
+                             code="bad-endpoint")
         return inside, (_port(rest[1:], raw, name) if rest else None)
     if raw.count(":") <= 1:
         host, sep, port = raw.partition(":")
         if not host:
             raise UsageError(f"{name}={raw!r} has no host before the port", subject=name,
-                             hint="write host:port, e.g. node-0:29400")
+                             hint="write host:port, e.g. node-0:29400", code="bad-endpoint")
         return host, (_port(port, raw, name) if sep else None)
     # Several colons and no brackets: an IPv6 address, alone or followed by :port.
     head, _, tail = raw.rpartition(":")
@@ -91,13 +92,13 @@ def split_endpoint(text: str, name: str) -> tuple[str, int | None]:
         raise UsageError(f"{name}={raw!r} is ambiguous: the IPv6 address {raw} without a port, "
                          f"or {head} with port {tail}", subject=name,
                          hint=f"write [addr]:port, e.g. [{head}]:{tail}, or [{raw}] for an "
-                              "address alone")
+                              "address alone", code="bad-endpoint")
     if whole:
         return raw, None
     if split:
         return head, int(tail)
     raise UsageError(f"{name}={raw!r} is neither host:port nor an IPv6 address", subject=name,
-                     hint=fix)
+                     hint=fix, code="bad-endpoint")
 
 
 def _port(text: str, raw: str, name: str) -> int:
@@ -106,5 +107,5 @@ def _port(text: str, raw: str, name: str) -> int:
                 else "ends in ':' without a port")
         raise UsageError(f"{name}={raw!r} {what}", subject=name,
                          hint="write host:port with a port in 1..65535, e.g. node-0:29400 or "
-                              "[fd00::1]:29400, or leave out the ':'")
+                              "[fd00::1]:29400, or leave out the ':'", code="bad-endpoint")
     return int(text)

@@ -83,11 +83,12 @@ def parse_int(raw: str, name: str, *, minimum: int = 0, maximum: int | None = No
         value = int(text, 10)
     except ValueError:
         raise UsageError(f"{label} is not {what}", subject=name,
-                         hint=f"set {name} to {_example(name, minimum)}") from None
+                         hint=f"set {name} to {_example(name, minimum)}",
+                         code="bad-number") from None
     if value < minimum or (maximum is not None and value > maximum):
         bound = f"{minimum}..{maximum}" if maximum is not None else f">= {minimum}"
         raise UsageError(f"{label} is out of range (must be {bound})", subject=name,
-                         hint=f"set {name} to {_example(name, minimum)}")
+                         hint=f"set {name} to {_example(name, minimum)}", code="bad-number")
     return value
 
 

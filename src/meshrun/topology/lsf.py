@@ -24,7 +24,7 @@ def detect(env: Mapping[str, str], host: HostInfo) -> Claims | None:
     if text is None:
         raise UsageError(f"LSB_DJOB_RANKFILE={rankfile} cannot be read", subject="LSB_DJOB_RANKFILE",
                          hint="run meshrun inside the LSF job, or pass --nnodes/--node-rank/"
-                              "--master-addr")
+                              "--master-addr", code="lsf-rankfile-unreadable")
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     hosts = list(dict.fromkeys(lines[1:])) or lines[:1]
     claims.nnodes = Sourced(len(hosts), f"distinct compute hosts in LSB_DJOB_RANKFILE={rankfile}")

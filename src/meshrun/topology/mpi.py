@@ -38,7 +38,7 @@ def detect(env: Mapping[str, str], host: HostInfo) -> Claims | None:
             raise UsageError(f"{size[0]}={world} is not a multiple of {local[0] if local else ''}"
                              f"={per_node}: ranks are spread unevenly over the nodes",
                              subject=size[0], hint="start one meshrun per node: "
-                             "mpirun --map-by ppr:1:node meshrun run ...")
+                             "mpirun --map-by ppr:1:node meshrun run ...", code="mpi-task-count")
         claims = Claims(platform=platform)
         how = f"{size[0]}={world} / {local[0]}={per_node}" if local else size[0]
         claims.nnodes = Sourced(world // per_node, how)

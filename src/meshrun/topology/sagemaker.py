@@ -21,7 +21,7 @@ def detect(env: Mapping[str, str], host: HostInfo) -> Claims | None:
     except ValueError:
         raise UsageError(f"SM_HOSTS={raw!r} is not a JSON list of host names", subject="SM_HOSTS",
                          hint='SageMaker sets it like ["algo-1","algo-2"]; unset it outside '
-                              "SageMaker") from None
+                              "SageMaker", code="sagemaker-hosts-bad") from None
     claims = Claims(platform="sagemaker")
     claims.nnodes = Sourced(len(hosts), "length of SM_HOSTS")
     claims.master_addr = Sourced(sorted(hosts)[0], "first of SM_HOSTS (sorted)")
@@ -29,7 +29,8 @@ def detect(env: Mapping[str, str], host: HostInfo) -> Claims | None:
     if current:
         if current not in hosts:
             raise UsageError(f"SM_CURRENT_HOST={current!r} is not in SM_HOSTS={raw}",
-                             subject="SM_CURRENT_HOST", hint="pass --node-rank explicitly")
+                             subject="SM_CURRENT_HOST", hint="pass --node-rank explicitly",
+                             code="sagemaker-hosts-bad")
         claims.node_rank = Sourced(sorted(hosts).index(current),
                                    "position of SM_CURRENT_HOST in sorted SM_HOSTS")
     gpus = read_int(env, "SM_NUM_GPUS")

@@ -45,7 +45,8 @@ def detect(env: Mapping[str, str], host: HostInfo) -> Claims | None:
         except ValueError as exc:
             raise UsageError(f"{nodelist[0]}={nodelist[1]!r} is not a SLURM host list ({exc})",
                              subject=nodelist[0],
-                             hint="pass --master-addr with the first node's address") from None
+                             hint="pass --master-addr with the first node's address",
+                             code="slurm-hostlist-bad") from None
         if hosts:
             claims.master_addr = Sourced(hosts[0], f"first host of {nodelist[0]}={nodelist[1]}",
                                          explicit=False)
@@ -64,7 +65,8 @@ def detect(env: Mapping[str, str], host: HostInfo) -> Claims | None:
             f"({nodes_var[0] if found is None else found[0]}={claims.nnodes.value}), outside srun "
             "(no SLURM_STEP_ID): "
             "only this node would start and the others would never join",
-            subject="SLURM_STEP_ID", hint="start it on every node: srun --ntasks-per-node=1 meshrun run ...")
+            subject="SLURM_STEP_ID", hint="start it on every node: srun --ntasks-per-node=1 meshrun run ...",
+            code="slurm-batch-script")
     return claims
 
 

@@ -66,6 +66,7 @@ def _nnodes(env: Mapping[str, str]) -> Sourced | None:
         if lo != hi:
             raise UsageError(f"PET_NNODES={raw!r} is an elastic range; meshrun runs a fixed "
                              "number of nodes", subject="PET_NNODES",
-                             hint=f"set PET_NNODES={hi} (or pass --nnodes {hi})")
+                             hint=f"set PET_NNODES={hi} (or pass --nnodes {hi})",
+                             code="elastic-range")
         return Sourced(hi, "PET_NNODES")
     return Sourced(parse_int(raw, "PET_NNODES", minimum=1), "PET_NNODES")

@@ -97,7 +97,8 @@ def plan_retention(found: Iterable[Found], keep: int) -> list[tuple[Found, str]]
     """
     if keep < 2:
         raise UsageError(f"checkpoint keep={keep} is below 2", subject="checkpoint.keep",
-                         hint="keep at least 2, so a crash while saving leaves one to resume")
+                         hint="keep at least 2, so a crash while saving leaves one to resume",
+                         code="checkpoint-keep-too-low")
     found = sorted(found)
     complete = [f for f in found if f.complete]
     if not complete:
@@ -124,7 +125,8 @@ def check_target(found: Iterable[Found], step: int, directory: str = "") -> bool
                 raise UsageError(f"checkpoint {where} already exists and is complete; "
                                  "refusing to overwrite it", subject="checkpoint.dir",
                                  hint="resume from it (run the same command), or use another "
-                                      "checkpoint folder (MESHRUN_CHECKPOINT_DIR)")
+                                      "checkpoint folder (MESHRUN_CHECKPOINT_DIR)",
+                                      code="checkpoint-exists")
             return True
     return False
 
@@ -175,7 +177,8 @@ def _rank0_does(action: Callable[[], Any], directory: str, doing: str) -> Any:
             outcome = (False, UsageError(
                 f"checkpoint.dir {directory}: cannot {doing} ({exc.strerror})",
                 subject="checkpoint.dir", hint="check the folder's permissions and free "
-                "space, or pass --checkpoint-dir on a writable filesystem every node mounts"))
+                "space, or pass --checkpoint-dir on a writable filesystem every node mounts",
+                code="checkpoint-dir-error"))
     ok, value = _rank0_decides(outcome)
     if not ok:
         raise value

@@ -115,10 +115,11 @@ def _int(env: Mapping[str, str], name: str, minimum: int = 0) -> int:
         value = int(raw)
     except ValueError:
         raise UsageError(f"{name}={env[name]!r} is not a whole number", subject=name,
-                         hint=f"set {name} to an integer >= {minimum}") from None
+                         hint=f"set {name} to an integer >= {minimum}",
+                         code="rank-env-bad-number") from None
     if value < minimum:
         raise UsageError(f"{name}={value} is below {minimum}", subject=name,
-                         hint=f"set {name} to an integer >= {minimum}")
+                         hint=f"set {name} to an integer >= {minimum}", code="rank-env-bad-number")
     return value
 
 
@@ -138,7 +139,8 @@ def read_env(env: Mapping[str, str]) -> RankEnv:
         if not timeout_s > 0:
             raise UsageError(f"MESHRUN_PG_TIMEOUT={raw!r} is not a positive number of seconds",
                              subject="MESHRUN_PG_TIMEOUT",
-                             hint="set MESHRUN_PG_TIMEOUT to seconds, e.g. 1800, or unset it")
+                             hint="set MESHRUN_PG_TIMEOUT to seconds, e.g. 1800, or unset it",
+                             code="bad-pg-timeout")
 
     present = [n for n in RANK_VARS if env.get(n, "").strip()]
     if not present:
@@ -150,23 +152,26 @@ def read_env(env: Mapping[str, str]) -> RankEnv:
                     "WORLD_SIZE, LOCAL_RANK are not set, so each task would train alone",
                     subject=var, hint="start one 'meshrun run -- SCRIPT' per node under "
                                       "mpirun (it starts the workers), or export torchrun's "
-                                      "variables from the MPI ones")
+                                      "variables from the MPI ones", code="mpi-without-launcher")
         return RankEnv(0, 1, 0, 1, 0, 1, True, backend, timeout_s)
     missing = [n for n in (*RANK_VARS, *STORE_VARS) if not env.get(n, "").strip()]
     if missing:
         raise UsageError(
             f"{', '.join(present)} {'is' if len(present) == 1 else 'are'} set but "
             f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not, so this "
-            "process cannot tell where it belongs", subject=missing[0], hint=_LAUNCH_HINT)
+            "process cannot tell where it belongs", subject=missing[0], hint=_LAUNCH_HINT,
+            code="rank-env-incomplete")
     rank, world = _int(env, "RANK"), _int(env, "WORLD_SIZE", 1)
     local_rank, local_world = _int(env, "LOCAL_RANK"), _int(env, "LOCAL_WORLD_SIZE", 1)
     if rank >= world:
         raise UsageError(f"RANK={rank} is not below WORLD_SIZE={world}", subject="RANK",
-                         hint="ranks run from 0 to WORLD_SIZE - 1; " + _LAUNCH_HINT)
+                         hint="ranks run from 0 to WORLD_SIZE - 1; " + _LAUNCH_HINT,
+                         code="rank-env-inconsistent")
     if local_rank >= local_world:
         raise UsageError(f"LOCAL_RANK={local_rank} is not below LOCAL_WORLD_SIZE={local_world}",
                          subject="LOCAL_RANK",
-                         hint="local ranks run from 0 to LOCAL_WORLD_SIZE - 1; " + _LAUNCH_HINT)
+                         hint="local ranks run from 0 to LOCAL_WORLD_SIZE - 1; " + _LAUNCH_HINT,
+                         code="rank-env-inconsistent")
     if "MESHRUN_NODE_RANK" in env:
         node_rank = _int(env, "MESHRUN_NODE_RANK")
     elif "GROUP_RANK" in env:
@@ -250,7 +255,7 @@ def _device(found: RankEnv, backend: str, torch: Any) -> torch.device:
             raise UsageError(f"backend {backend!r} needs a GPU but CUDA is not available here",
                              subject="MESHRUN_BACKEND",
                              hint="use gloo on CPU hosts (unset MESHRUN_BACKEND), or check "
-                                  "the GPU driver with nvidia-smi")
+                                  "the GPU driver with nvidia-smi", code="backend-needs-gpu")
         return torch.device("cpu")
     count = torch.cuda.device_count()
     if found.local_rank >= count:
@@ -259,7 +264,7 @@ def _device(found: RankEnv, backend: str, torch: Any) -> torch.device:
             f"LOCAL_RANK={found.local_rank} but this process sees {count} GPU(s) "
             f"(CUDA_VISIBLE_DEVICES={shown}): invalid device ordinal", subject="LOCAL_RANK",
             hint="start one process per visible GPU (meshrun run does), or fix "
-                 "CUDA_VISIBLE_DEVICES")
+                 "CUDA_VISIBLE_DEVICES", code="local-rank-no-gpu")
     device = torch.device("cuda", found.local_rank)
     torch.cuda.set_device(device)
     return device
