@@ -10,17 +10,20 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = Path(__file__).resolve().parent / "integration" / "scripts"
-PLATFORM_PREFIXES = ("SLURM_", "OMPI_", "PMI_", "PMIX_", "PET_", "SKYPILOT_", "VC_", "VK_",
-                     "SM_", "AWS_BATCH_", "AZUREML_", "LSB_", "JSM_", "TORCHELASTIC_",
-                     "MESHRUN_")
-PLATFORM_NAMES = {"WORLD_SIZE", "RANK", "LOCAL_RANK", "NNODES", "NODE_RANK", "NPROC_PER_NODE",
-                  "MASTER_ADDR", "MASTER_PORT", "JOB_COMPLETION_INDEX", "CUDA_VISIBLE_DEVICES"}
+
+
+def neutral(name: str) -> bool:
+    """Whether a neutral machine lacks ``name``: a platform's variable (as the topology's
+    detectors declare them), meshrun's own, or the devices and threads a host sets."""
+    from meshrun.topology import platform_variable
+
+    return (platform_variable(name) or name.startswith("MESHRUN_")
+            or name in ("CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS"))
 
 
 def clean_env(**extra: str) -> dict:
     """os.environ without platform variables, plus ``extra``: a neutral machine."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(PLATFORM_PREFIXES) and k not in PLATFORM_NAMES}
+    env = {k: v for k, v in os.environ.items() if not neutral(k)}
     env.update(extra)
     return env
 

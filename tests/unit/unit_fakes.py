@@ -9,6 +9,8 @@ import os
 import stat
 from pathlib import Path
 
+from helpers import neutral
+
 from meshrun.facts import Gpu, HostFacts
 from meshrun.plan import make_plan
 from meshrun.topology import Flags
@@ -59,19 +61,9 @@ def write_nvidia_smi(folder: Path, script: str) -> Path:
     return folder
 
 
-PLATFORM_PREFIXES = ("SLURM_", "OMPI_", "PMI_", "PMIX_", "MPI_", "PALS_", "PET_", "SKYPILOT_",
-                     "VC_", "VK_", "SM_", "AWS_BATCH_", "AZUREML_", "LSB_", "JSM_",
-                     "TORCHELASTIC_", "MESHRUN_")
-PLATFORM_NAMES = {"WORLD_SIZE", "RANK", "LOCAL_RANK", "GROUP_RANK", "LOCAL_WORLD_SIZE", "NNODES",
-                  "NODE_RANK", "NPROC_PER_NODE", "NODE_COUNT", "MASTER_ADDR", "MASTER_PORT",
-                  "JOB_COMPLETION_INDEX", "CUDA_VISIBLE_DEVICES", "TRAINING_JOB_NAME",
-                  "OMP_NUM_THREADS"}
-
-
 def neutral_env(path: Path, **extra: str) -> dict[str, str]:
     """os.environ without any platform variable, PATH = only ``path``, plus ``extra``."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(PLATFORM_PREFIXES) and k not in PLATFORM_NAMES}
+    env = {k: v for k, v in os.environ.items() if not neutral(k)}
     env["PATH"] = str(path)
     env.update(extra)
     return env

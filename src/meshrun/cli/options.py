@@ -12,23 +12,14 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import fields
 from functools import lru_cache
 
 from ..errors import UsageError
 from ..topology import Flags
 
-NODE_FLAGS = {
-    "--nnodes": "number of nodes (machines) in the job",
-    "--node-rank": "this node's index, 0 on the master",
-    "--nproc-per-node": "worker processes on this node (default: one per visible GPU, "
-                        "or 1 without GPUs)",
-    "--master-addr": "address of node 0, which hosts the rendezvous store",
-    "--master-port": "port of the rendezvous store on node 0",
-    "--run-id": "job id shared by all nodes (default: the platform's job id)",
-    "--log-dir": "folder for logs; a run writes <log-dir>/<run-id>/ (default ./logs)",
-    "--world-size-means": "force the reading of WORLD_SIZE: nodes or processes",
-    "--join-timeout": "seconds to wait for every node to join (default 600)",
-}
+# --nnodes ... : read off the topology's Flags (name, help), one flag per field.
+NODE_FLAGS = {Flags.flag_name(f.name): f.metadata["help"] for f in fields(Flags)}
 
 # Flags only the platform render targets take (docs/render.md).
 RENDER_FLAGS = {
@@ -206,7 +197,7 @@ def split_paths(argv: Sequence[str]) -> tuple[list[str], list[str]]:
 
 
 def flags_from(args: argparse.Namespace) -> Flags:
-    return Flags(**{name: getattr(args, name, None) for name in Flags.__dataclass_fields__})
+    return Flags(**{f.name: getattr(args, f.name, None) for f in fields(Flags)})
 
 
 # --- flags that are also MESHRUN_* variables, read from the environment handed in -----------------

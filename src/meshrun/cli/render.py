@@ -8,9 +8,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import fields
 
 from ..errors import UsageError
 from ..runtime.planning import job_input, plan_here, read_deepspeed
+from ..topology import Flags
 from .base import Context, Verb
 from .options import (
     JOB_OPTIONS,
@@ -21,6 +23,11 @@ from .options import (
     flags_from,
     options_argv,
 )
+
+# The node flags a submission file writes itself (or leaves to the platform), and those every
+# node's `meshrun run` gets again (--join-timeout ...): as the topology's Flags declares them.
+FILE_NODE_OPTIONS = tuple(f.name for f in fields(Flags) if f.metadata["render"] != "run")
+RUN_NODE_OPTIONS = tuple(f.name for f in fields(Flags) if f.metadata["render"] == "run")
 
 
 class RenderVerb(Verb):
@@ -72,7 +79,7 @@ class RenderVerb(Verb):
         """The job-config flags as every node's ``meshrun run`` (and a regenerate line)
         gets them again."""
         a = ctx.args
-        flags = options_argv(ctx.parser, a, JOB_OPTIONS)
+        flags = options_argv(ctx.parser, a, (*RUN_NODE_OPTIONS, *JOB_OPTIONS))
         if a.recipe:
             if ctx.words:
                 raise UsageError("--recipe and a command were both given", subject="--recipe",
@@ -89,9 +96,8 @@ class RenderVerb(Verb):
             raise UsageError(f"--deepspeed is for the accelerate target, not {a.target}",
                              subject="--deepspeed", hint="drop --deepspeed",
                              code="deepspeed-not-for-target")
-        values = {name: getattr(a, name, None) for name in (
-            "nnodes", "nproc_per_node", "master_addr", "master_port", "run_id", "log_dir",
-            "node_rank", *(dest_of(f) for f in RENDER_FLAGS))}
+        values = {name: getattr(a, name, None)
+                  for name in (*FILE_NODE_OPTIONS, *(dest_of(f) for f in RENDER_FLAGS))}
         spec = platform.spec_from_flags(a.target, ctx.words, module=ctx.module,
                                         env=tuple(a.env), infiniband=a.infiniband,
                                         run_flags=tuple(self._run_flags(ctx)), **values)

@@ -143,8 +143,10 @@ _NOISE = re.compile(
     r"|^\[?[WI]\d{4} |site-packages/torch/distributed/elastic/|ChildFailedError|\bFAILED$|"
     r"To enable traceback see|^\s*(?:error_file|traceback|exitcode|time|host|rank)\s*:|"
     r"^meshrun:\s+(?:logs|also failed):|Sending process \d+ closing signal")
-_ERRORISH = re.compile(r"\b[A-Z]\w*(?:Error|Exception)\b|\berror:|\bFAILED\b|terminate called|"
-                       r"Fatal Python error|Segmentation fault|core dumped", re.IGNORECASE)
+# A line that reads like an error (also the launcher's "first error" of a failed rank).
+ERRORISH = re.compile(r"\b[A-Z]\w*(?:Error|Exception)\b|\berror:|\bFAILED\b|terminate called|"
+                      r"Fatal Python error|Segmentation fault|core dumped|(?-i:\bFATAL\b|^Killed$)",
+                      re.IGNORECASE)
 STRONG = re.compile(r"terminate called after throwing|Fatal Python error|meshrun: error:|"
                      r"core dumped")
 TB_START = "Traceback (most recent call last):"
@@ -152,10 +154,13 @@ _TB_LINK = re.compile(r"^(?:During handling of the above exception|The above exc
                       r"direct cause)")
 
 
-def _reads_like_error(text: str, loose: bool) -> bool:
+def reads_like_error(text: str, loose: bool = True) -> bool:
+    """Whether ``text`` reads like an error and is not launcher noise (a C++ frame, torch's
+    own elastic lines); not ``loose``: only an unmistakable one (an uncaught C++ exception,
+    a fatal Python error, meshrun's own error line)."""
     if not loose:
         return STRONG.search(text) is not None
-    return _ERRORISH.search(text) is not None and _NOISE.search(text) is None
+    return ERRORISH.search(text) is not None and _NOISE.search(text) is None
 
 
 def first_error_line(lines: Sequence[Line], *, loose: bool = True) -> tuple[Line | None, bool]:
@@ -180,7 +185,7 @@ def first_error_line(lines: Sequence[Line], *, loose: bool = True) -> tuple[Line
                     return end, True
             i = j + 1
             continue
-        if fallback is None and _reads_like_error(line.body, loose):
+        if fallback is None and reads_like_error(line.body, loose):
             fallback = line
         i += 1
     return fallback, False

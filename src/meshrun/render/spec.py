@@ -55,6 +55,8 @@ from typing import NoReturn
 
 from .. import __version__
 from ..errors import UsageError
+from ..plan.model import DEFAULT_MASTER_PORT, RUN_ID
+from ..topology import CONTEXT_VARIABLES, Flags, platform_variable
 from ..topology.base import parse_int
 
 KUBE_TARGETS = ("k8s", "pytorchjob", "trainjob", "volcano")
@@ -71,32 +73,27 @@ RENDERERS: Mapping[str, tuple[str, str]] = {
     "docker": ("meshrun.render.docker", "render_docker"),
 }
 
-DEFAULT_MASTER_PORT = 29500
 TRAINJOB_MASTER_PORT = 29500  # Kubeflow Trainer's constants.ContainerTrainerPort: not settable
 
 _DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _HOST = re.compile(r"^[A-Za-z0-9_.-]+$|^[0-9A-Fa-f:]+$")
-_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _SLURM_WORD = re.compile(r"^[A-Za-z0-9_.,:+-]+$")
 _QUANTITY = re.compile(r"^(?P<n>[0-9]+)(?P<unit>Ki|Mi|Gi|Ti|k|M|G|T)?$")
 _UNITS = {None: 1, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40,
           "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
 
-# Variables a platform or meshrun's own flags own: --env must not set them.
-_FLAG_VARS = {"MESHRUN_NNODES": "--nnodes", "MESHRUN_NODE_RANK": "(the platform)",
-              "MESHRUN_NPROC_PER_NODE": "--nproc-per-node", "MESHRUN_MASTER_ADDR": "--master-addr",
-              "MESHRUN_MASTER_PORT": "--master-port", "MESHRUN_RUN_ID": "--run-id",
-              "MESHRUN_LOG_DIR": "--log-dir"}
-_PLATFORM_VARS = {"WORLD_SIZE", "RANK", "LOCAL_RANK", "NNODES", "NODE_RANK", "NPROC_PER_NODE",
-                  "MASTER_ADDR", "MASTER_PORT", "JOB_COMPLETION_INDEX", "CUDA_VISIBLE_DEVICES",
-                  "GROUP_RANK", "LOCAL_WORLD_SIZE"}
-_PLATFORM_PREFIXES = ("PET_", "SLURM_", "VC_", "VK_", "TORCHELASTIC_")
-
-# Flags of `meshrun run` that the platform supplies: not allowed among the run flags.
-_NODE_FLAGS = ("--nnodes", "--node-rank", "--master-addr", "--master-port", "--nproc-per-node",
-               "--run-id", "--log-dir", "--world-size-means")
+# The node flags and their variables, as the topology's Flags declares them: "file" ones are
+# written by the file from render's own flag, "platform" ones come from the platform; neither
+# may be a run flag or an --env variable. "run" ones (--join-timeout ...) go to every node's
+# `meshrun run`.
+_SUPPLIED = {f.name: f.metadata["render"] for f in fields(Flags) if f.metadata["render"] != "run"}
+_NODE_FLAGS = tuple(Flags.flag_name(name) for name in _SUPPLIED)
+_FLAG_VARS = {Flags.env_name(name): Flags.flag_name(name) if how == "file" else "(the platform)"
+              for name, how in _SUPPLIED.items()}
+# The platform assigns each node's devices.
+_DEVICE_VARS = ("CUDA_VISIBLE_DEVICES",)
 
 
 @dataclass(frozen=True)
@@ -280,7 +277,7 @@ def _validate_names(spec: RenderSpec) -> None:
     if spec.namespace and (not _DNS1123.match(spec.namespace) or len(spec.namespace) > 63):
         _fail(f"--namespace {spec.namespace!r} is not a Kubernetes namespace name", "--namespace",
               "use lowercase letters, digits and '-' (at most 63)")
-    if spec.run_id and not _RUN_ID.match(spec.run_id):
+    if spec.run_id and not RUN_ID.match(spec.run_id):
         _fail(f"--run-id {spec.run_id!r} is not a usable run id", "--run-id",
               "use letters, digits, '.', '_' and '-' (at most 128), starting with a letter or "
               "digit")
@@ -350,7 +347,10 @@ def _validate_env(spec: RenderSpec) -> None:
             _fail(f"--env {name} is set by the file itself", "--env",
                   f"use {_FLAG_VARS[name]} instead" if _FLAG_VARS[name].startswith("--")
                   else "drop it: each node's rank comes from the platform", code="render-bad-env")
-        if name in _PLATFORM_VARS or name.startswith(_PLATFORM_PREFIXES):
+        if name in _DEVICE_VARS:
+            _fail(f"--env {name}: the platform assigns each node's GPUs", "--env",
+                  "drop it; ask for GPUs with --gpus-per-node", code="render-bad-env")
+        if platform_variable(name) or name in CONTEXT_VARIABLES:
             _fail(f"--env {name} belongs to the platform, which sets it on every node",
                   "--env", "drop it; meshrun reads the platform's own value", code="render-bad-env")
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-from dataclasses import asdict, dataclass
 
 from ..errors import Finding
 from ..plan import LaunchPlan

@@ -24,7 +24,6 @@ the agent, plus the plan's variables (``CUDA_VISIBLE_DEVICES``,
 from __future__ import annotations
 
 import os
-import re
 import signal
 import socket
 import sys
@@ -34,10 +33,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..diagnose.lines import reads_like_error
 from ..errors import EXIT_STARTUP, MeshrunError, StartupError
 from ..plan import LaunchPlan, describe, ranks_phrase
 from .logs import RANK_PREFIX, LogRouter, worker_logs_spec
 from .store import JobStore, join, open_store, say, store_errors
+from .watchdog import EventKind, Goodbye
 
 RDZV_BACKEND = "meshrun-c10d"
 AGENT_RUNNING = threading.Event()  # the watchdog may SIGTERM this process only while set
@@ -188,7 +189,7 @@ def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
     dog = _start_watchdog(job, plan, supervision, max_restarts)
     target = (["-m", plan.command.target] if plan.command.module
               else ["--", plan.command.target])
-    status = "failed"
+    status = Goodbye.FAILED
     _raise_on_signals()  # before the watchdog may SIGTERM us: torch's own handler comes later
     AGENT_RUNNING.set()
     try:
@@ -197,15 +198,15 @@ def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
                          ["-u", "-m", "meshrun.worker.bootstrap", *target, *plan.command.args])
         finally:
             AGENT_RUNNING.clear()
-        status = "done"
+        status = Goodbye.DONE
     except ChildFailedError as failed:
         event = _await_event(dog, supervision)
         if event is not None:
-            status = "stopped"  # by the event: another node's cause, not this node's
+            status = Goodbye.STOPPED  # by the event: another node's cause, not this node's
             return _report_event(event)
-        return _report_failure(plan, failed)   # status "failed": the others stop for it
+        return _report_failure(plan, failed)   # Goodbye.FAILED: the others stop for it
     except SignalException as exc:
-        status = "stopped"
+        status = Goodbye.STOPPED
         if dog.event is not None:
             return _report_event(dog.event)
         STOPPED_BY_SIGNAL.set()
@@ -215,7 +216,7 @@ def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
     except Exception as exc:  # the agent itself failed (rendezvous, store)
         event = _await_event(dog, supervision)  # a lost store host fails the agent first
         if event is not None:
-            status = "stopped"
+            status = Goodbye.STOPPED
             return _report_event(event)
         first = str(exc).strip().splitlines()
         print(f"meshrun: error: the elastic agent on node {plan.node_rank} stopped: "
@@ -287,7 +288,7 @@ def _start_watchdog(job: JobStore, plan: LaunchPlan, supervision: Supervision,
                     pass
         if AGENT_RUNNING.is_set():
             os.kill(os.getpid(), signal.SIGTERM)  # torch's agent stops the workers in order
-        if event.kind == "store-lost":
+        if event.kind == EventKind.STORE_LOST:
             # torch's calls to the lost store may wait in recv() for TCP's timeout (~15 min)
             # when its host vanished without closing the connections (a cut link, a frozen
             # host): shut them, so those calls fail now and the agent can act on the SIGTERM.
@@ -336,9 +337,9 @@ def _await_event(dog, supervision: Supervision, poll: float = 0.1):
 def _report_event(event) -> int:
     from ..errors import EXIT_HANG, EXIT_NODE_LOST, EXIT_WORKER_FAILED
 
-    if event.kind == "peer-failed":  # another node's workers failed: so did the job
+    if event.kind == EventKind.PEER_FAILED:  # another node's workers failed: so did the job
         return EXIT_WORKER_FAILED
-    return EXIT_HANG if event.kind == "hang" else EXIT_NODE_LOST
+    return EXIT_HANG if event.kind == EventKind.HANG else EXIT_NODE_LOST
 
 
 def _children() -> list[int]:
@@ -432,10 +433,10 @@ def _report_failure(plan: LaunchPlan, failed: Any) -> int:
           file=sys.stderr, flush=True)
     line, where = _first_error_line(failure, plan, rank), rank
     others = sorted(r for r in failed.failures if r != rank)
-    if not _ERRORISH.search(line):  # the first to exit printed no error: another rank did?
+    if not reads_like_error(line):  # the first to exit printed no error: another rank did?
         for other in others:
             said = _first_error_line(failed.failures[other], plan, other)
-            if _ERRORISH.search(said):
+            if reads_like_error(said):
                 line, where = said, other
                 break
     if line:
@@ -447,9 +448,6 @@ def _report_failure(plan: LaunchPlan, failed: Any) -> int:
     if code < 0:
         return 128 + (-code)
     return code if code > 0 else 1
-
-
-_ERRORISH = re.compile(r"Error|Exception|^meshrun: error: |Traceback|FATAL|Killed")
 
 
 def _first_error_line(failure: Any, plan: LaunchPlan, rank: int) -> str:
@@ -467,7 +465,7 @@ def _first_error_line(failure: Any, plan: LaunchPlan, rank: int) -> str:
     except OSError:
         return ""
     for line in reversed(lines):
-        if _ERRORISH.search(line):
+        if reads_like_error(line):
             return line[:300]
     return lines[-1][:300] if lines else ""
 

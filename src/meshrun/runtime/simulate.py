@@ -24,24 +24,16 @@ from dataclasses import dataclass
 
 from ..plan import Command
 
-# Variables through which a platform could tell a simulated node something else.
-PLATFORM_PREFIXES = ("SLURM_", "OMPI_", "PMI_", "PMIX_", "PET_", "SKYPILOT_", "VC_", "VK_",
-                     "SM_", "AWS_BATCH_", "AZUREML_", "LSB_", "JSM_", "TORCHELASTIC_",
-                     "MESHRUN_")
-PLATFORM_NAMES = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "NNODES", "NODE_RANK", "NPROC_PER_NODE",
-                  "MASTER_ADDR", "MASTER_PORT", "JOB_COMPLETION_INDEX", "GROUP_RANK",
-                  "LOCAL_WORLD_SIZE", "NODE_COUNT", "MPI_LOCALNRANKS", "PALS_LOCAL_SIZE")
-# MESHRUN_ variables that are not node flags and mean the same on every node.
-KEEP_MESHRUN = ("MESHRUN_MAX_RESTARTS", "MESHRUN_SYSFS_ROOT", "MESHRUN_JOB_CONFIG",
-                "MESHRUN_PG_TIMEOUT", "MESHRUN_CHECKPOINT_DIR", "MESHRUN_NODE_TIMEOUT",
-                "MESHRUN_HANG_TIMEOUT", "MESHRUN_STOP_AFTER_STEP", "MESHRUN_PEAK_FLOPS")
-
 
 def node_env(env: Mapping[str, str]) -> dict[str, str]:
-    """``env`` without anything a platform convention would read."""
-    return {k: v for k, v in env.items()
-            if k in KEEP_MESHRUN
-            or not (k.startswith(PLATFORM_PREFIXES) or k in PLATFORM_NAMES)}
+    """``env`` without the variables through which a platform tells a node its place (the
+    detectors' own declarations, :func:`meshrun.topology.platform_variable`). ``MESHRUN_*``
+    variables stay: the flags each node gets (``--nnodes``, ``--node-rank``, ...) beat them,
+    and the rest (``MESHRUN_JOB_CONFIG``, ``MESHRUN_BACKEND``, ``MESHRUN_LOG_DIR``...) mean
+    the same on every node."""
+    from ..topology import platform_variable
+
+    return {k: v for k, v in env.items() if not platform_variable(k)}
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -47,7 +47,39 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from enum import Enum
 from typing import Any
+
+
+class EventKind(str, Enum):
+    """What the watchdog found (compares equal to its string: ``EventKind.HANG == "hang"``)."""
+
+    NODE_LOST = "node-lost"      # a node's heartbeat went silent
+    STORE_LOST = "store-lost"    # node 0, which hosts the store, went silent
+    HANG = "hang"                # no rank progressed for --hang-timeout
+    PEER_FAILED = "peer-failed"  # another node's workers failed: the job ends
+
+    __str__ = str.__str__
+
+
+class Goodbye(str, Enum):
+    """How a node left the job, as it writes it under ``meshrun/done/<node>``."""
+
+    DONE = "done"        # its workers finished
+    FAILED = "failed"    # its own workers failed: the others stop theirs for it
+    STOPPED = "stopped"  # stopped by an event every node sees, or by a signal
+
+    __str__ = str.__str__
+
+    @classmethod
+    def read(cls, raw: bytes) -> Goodbye | str:
+        """A goodbye as read from the store (kept as text if unknown: another version's)."""
+        text = raw.decode(errors="replace")
+        try:
+            return cls(text)
+        except ValueError:
+            return text
+
 
 PREFIX = "meshrun/"
 GOODBYES = PREFIX + "goodbyes"  # how many nodes have written meshrun/done/<node>
@@ -77,7 +109,7 @@ class Event:
     """What the watchdog found. ``restart``: a hang handled by restarting the workers
     (``pids``: this node's workers of the hung attempt, to be killed)."""
 
-    kind: str  # "node-lost" | "store-lost" | "hang" | "peer-failed"
+    kind: EventKind
     line: str
     node: int | None = None
     stuck: list = field(default_factory=list)
@@ -275,16 +307,15 @@ class Watchdog(threading.Thread):
         self._probed: dict[int, int] = {}  # rank -> pid probed for the current generation
         self._probed_gen = -1
         self._stale: dict[int, bytes] = {}  # progress values left by the hung attempt
-        self.goodbyes: dict[int, str] = {}  # node -> "done" | "failed" | "stopped" (its goodbye)
+        self.goodbyes: dict[int, Goodbye | str] = {}  # node -> its goodbye (Goodbye.read)
         self._local_failure = False      # this node's workers failed (see suspect())
         self._ended = False              # this node counted itself in ENDED
 
     # -- lifecycle --------------------------------------------------------------------------
-    def stop(self, status: str = "done") -> None:
+    def stop(self, status: Goodbye = Goodbye.DONE) -> None:
         """Say goodbye (so others do not count this node as lost), stop the thread and close
-        the store connection. ``status``: "done"; "failed" (this node's own workers failed:
-        the others stop theirs for it); "stopped" (stopped by an event another node also
-        sees, or by a signal: the others act on their own evidence).
+        the store connection, saying ``status`` (:class:`Goodbye`): on STOPPED the others act on
+        their own evidence.
 
         Waits for the thread and its store calls (bounded by the store's patience): a
         daemon thread still inside a C++ store call when the interpreter exits aborts the
@@ -297,9 +328,9 @@ class Watchdog(threading.Thread):
             return
         self.mark_ended()
         try:
-            store.set(f"{PREFIX}done/{self.node_rank}", status)
+            store.set(f"{PREFIX}done/{self.node_rank}", Goodbye(status).value)
             store.add(GOODBYES, 1)  # after the status: a reader that sees the count sees it
-            if self.node_rank == 0 and status == "failed" and self.nnodes > 1:
+            if self.node_rank == 0 and status == Goodbye.FAILED and self.nnodes > 1:
                 # Node 0 hosts the store: keep it up for two beats, so the others read that
                 # node 0 failed (and stop) instead of finding its store gone (node lost).
                 until = time.monotonic() + 2 * self.interval + 0.5
@@ -342,26 +373,27 @@ class Watchdog(threading.Thread):
                 if said != len(self.goodbyes):
                     for r in range(self.nnodes):
                         if r not in self.goodbyes and self._store.check([f"{PREFIX}done/{r}"]):
-                            self.goodbyes[r] = self._store.get(f"{PREFIX}done/{r}").decode()
+                            self.goodbyes[r] = Goodbye.read(
+                                self._store.get(f"{PREFIX}done/{r}"))
                 done = set(self.goodbyes)
                 store_ok_at = now
             except Exception:  # noqa: BLE001 - the store host is gone or frozen
                 now = time.monotonic()  # the failed calls may have taken seconds
-                if self.node_rank != 0 and self.goodbyes.get(0) == "failed" \
+                if self.node_rank != 0 and self.goodbyes.get(0) == Goodbye.FAILED \
                         and not self._local_failure:
-                    self._fire(Event("peer-failed", peer_failed_line(
+                    self._fire(Event(EventKind.PEER_FAILED, peer_failed_line(
                         0, self.hosts.get(0, "?"), self.node_rank, store_closed=True), node=0))
                     return
                 if self.node_rank != 0 and now - store_ok_at >= self._limit:
-                    self._fire(Event("store-lost", node_lost_line(
+                    self._fire(Event(EventKind.STORE_LOST, node_lost_line(
                         0, self.hosts.get(0, "?"), now - store_ok_at, store_host=True), node=0))
                     return
                 self._drop_store()  # a broken connection: a fresh one on the next beat
                 continue
             failed = sorted(r for r, status in self.goodbyes.items()
-                            if status == "failed" and r != self.node_rank)
+                            if status == Goodbye.FAILED and r != self.node_rank)
             if failed and not self._local_failure:
-                self._fire(Event("peer-failed", peer_failed_line(
+                self._fire(Event(EventKind.PEER_FAILED, peer_failed_line(
                     failed[0], self.hosts.get(failed[0], "?"), self.node_rank), node=failed[0]))
                 return
             for rank, value in enumerate(values):
@@ -370,7 +402,7 @@ class Watchdog(threading.Thread):
             for rank in range(self.nnodes):
                 age = now - seen.get(rank, (b"", started))[1]
                 if rank != self.node_rank and rank not in done and age >= self._limit:
-                    self._fire(Event("node-lost", node_lost_line(
+                    self._fire(Event(EventKind.NODE_LOST, node_lost_line(
                         rank, self.hosts.get(rank, "?"), age, store_host=rank == 0),
                         node=rank))
                     return
@@ -441,7 +473,7 @@ class Watchdog(threading.Thread):
     def _verdict(self, data: dict, pids: Mapping[int, int],
                  progress_seen: dict[int, tuple[bytes, float]]) -> bool:
         """Act on node 0's verdict: stop (True), or restart and start a new generation."""
-        event = Event("hang", data["line"], stuck=data["stuck"],
+        event = Event(EventKind.HANG, data["line"], stuck=data["stuck"],
                       restart=bool(data.get("restart")), pids=tuple(sorted(pids.values())))
         if not event.restart:
             self._fire(event)

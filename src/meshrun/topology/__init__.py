@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
 from ..errors import UsageError
 from . import (
@@ -48,23 +49,55 @@ DETECTORS = (
 
 WORLD_SIZE_MEANS = ("nodes", "processes")
 
+# What detect() reads itself: plain MASTER_ADDR/MASTER_PORT beside any platform, and the two
+# variables torch's elastic agent sets in every worker (meshrun refuses to start inside one).
+WORKER_READS = ("TORCHELASTIC_RUN_ID", "LOCAL_RANK")
+READS = ("MASTER_ADDR", "MASTER_PORT", *WORKER_READS)
+
+# Every list of platform variables is derived from the detectors' own declarations (READS,
+# FAMILIES, CONTEXT beside each detect()): a simulated node's environment, the variables a
+# submission file may not set with --env, the tests' neutral environment.
+PLATFORM_VARIABLES = frozenset((*READS, *(name for d in DETECTORS for name in d.READS)))
+PLATFORM_FAMILIES = tuple(dict.fromkeys(p for d in DETECTORS for p in getattr(d, "FAMILIES", ())))
+CONTEXT_VARIABLES = frozenset(name for d in DETECTORS for name in getattr(d, "CONTEXT", ()))
+
+
+def platform_variable(name: str) -> bool:
+    """Whether ``name`` is a variable through which a platform (or a launcher above meshrun)
+    tells this node its place: one a detector reads as the platform's own."""
+    return name in PLATFORM_VARIABLES or name.startswith(PLATFORM_FAMILIES)
+
+
+def _flag(help_text: str, render: str) -> Any:
+    """A node flag: its ``--help`` text, and what a submission file (``meshrun render``) does
+    with it: ``"file"`` writes it from render's own flag, ``"platform"`` leaves it to the
+    platform (each node learns its rank there), ``"run"`` passes it to every node's
+    ``meshrun run``."""
+    return field(default=None, metadata={"help": help_text, "render": render})
+
 
 @dataclass(frozen=True)
 class Flags:
     """The node flags of ``run``/``plan``/``simulate``/``render``, as typed (strings or None).
 
-    Each has a ``MESHRUN_<NAME>`` variable; a flag beats its variable.
+    Each has a ``MESHRUN_<NAME>`` variable; a flag beats its variable. The CLI's flags, their
+    help and what a submission file does with each are read off these fields.
     """
 
-    nnodes: str | None = None
-    node_rank: str | None = None
-    nproc_per_node: str | None = None
-    master_addr: str | None = None
-    master_port: str | None = None
-    run_id: str | None = None
-    log_dir: str | None = None
-    world_size_means: str | None = None
-    join_timeout: str | None = None
+    nnodes: str | None = _flag("number of nodes (machines) in the job", "file")
+    node_rank: str | None = _flag("this node's index, 0 on the master", "platform")
+    nproc_per_node: str | None = _flag("worker processes on this node (default: one per "
+                                       "visible GPU, or 1 without GPUs)", "file")
+    master_addr: str | None = _flag("address of node 0, which hosts the rendezvous store", "file")
+    master_port: str | None = _flag("port of the rendezvous store on node 0", "file")
+    run_id: str | None = _flag("job id shared by all nodes (default: the platform's job id)",
+                               "file")
+    log_dir: str | None = _flag("folder for logs; a run writes <log-dir>/<run-id>/ "
+                                "(default ./logs)", "file")
+    world_size_means: str | None = _flag("force the reading of WORLD_SIZE: nodes or processes",
+                                         "run")
+    join_timeout: str | None = _flag("seconds to wait for every node to join (default 600)",
+                                     "run")
 
     @staticmethod
     def flag_name(name: str) -> str:
@@ -73,6 +106,10 @@ class Flags:
     @staticmethod
     def env_name(name: str) -> str:
         return "MESHRUN_" + name.upper()
+
+
+# MESHRUN_NNODES ... : the variables of the node flags.
+FLAG_VARIABLES = frozenset(Flags.env_name(f.name) for f in fields(Flags))
 
 
 @dataclass(frozen=True)
@@ -197,7 +234,7 @@ def _master_env(env: Mapping[str, str]) -> Claims | None:
 
 
 def _refuse_inside_worker(env: Mapping[str, str]) -> None:
-    for name in ("TORCHELASTIC_RUN_ID", "LOCAL_RANK"):
+    for name in WORKER_READS:
         if env.get(name, "").strip():
             raise UsageError(
                 f"{name}={env[name]} is set: this is already a worker started by a launcher "
@@ -206,4 +243,15 @@ def _refuse_inside_worker(env: Mapping[str, str]) -> None:
                                    f"worker, unset {name}", code="nested-launch")
 
 
-__all__ = ["Flags", "HostInfo", "Sourced", "Topology", "detect"]
+__all__ = [
+    "CONTEXT_VARIABLES",
+    "FLAG_VARIABLES",
+    "PLATFORM_FAMILIES",
+    "PLATFORM_VARIABLES",
+    "Flags",
+    "HostInfo",
+    "Sourced",
+    "Topology",
+    "detect",
+    "platform_variable",
+]

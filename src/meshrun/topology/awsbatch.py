@@ -11,6 +11,11 @@ from collections.abc import Mapping
 
 from .base import Claims, HostInfo, Sourced, read_int
 
+# The variables detect() reads (see meshrun.topology: every list of platform variables
+# is derived from these).
+READS = ("AWS_BATCH_JOB_ID", "AWS_BATCH_JOB_NODE_INDEX", "AWS_BATCH_JOB_NUM_NODES",
+         "AWS_BATCH_JOB_MAIN_NODE_INDEX", "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS")
+
 
 def detect(env: Mapping[str, str], host: HostInfo) -> Claims | None:
     if not env.get("AWS_BATCH_JOB_NODE_INDEX"):

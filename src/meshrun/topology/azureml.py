@@ -9,6 +9,10 @@ from collections.abc import Mapping
 
 from .base import Claims, HostInfo, Sourced, read_int
 
+# The variables detect() reads (see meshrun.topology: every list of platform variables
+# is derived from these).
+READS = ("AZUREML_RUN_ID", "AZUREML_EXPERIMENT_ID", "NODE_COUNT", "NODE_RANK")
+
 
 def detect(env: Mapping[str, str], host: HostInfo) -> Claims | None:
     marker = env.get("AZUREML_RUN_ID") or env.get("AZUREML_EXPERIMENT_ID")

@@ -14,6 +14,13 @@ from collections.abc import Mapping
 
 from .base import Claims, HostInfo, Sourced, read_int
 
+# The variables detect() reads (see meshrun.topology: every list of platform variables
+# is derived from these).
+READS = ("WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT", "AZUREML_RUN_ID",
+         "AZUREML_EXPERIMENT_ID")
+# any of them: Volcano (its pytorch plugin exports WORLD_SIZE/RANK too)
+FAMILIES = ("VC_", "VK_",)
+
 _PYTORCHJOB_MASTER = re.compile(r"^(?P<job>[a-z0-9]([-a-z0-9]*[a-z0-9])?)-master-0(\.|$)")
 
 

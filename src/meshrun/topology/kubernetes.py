@@ -12,6 +12,10 @@ from collections.abc import Mapping
 
 from .base import Claims, HostInfo, read_int
 
+# The variables detect() reads (see meshrun.topology: every list of platform variables
+# is derived from these).
+READS = ("JOB_COMPLETION_INDEX",)
+
 
 def detect(env: Mapping[str, str], host: HostInfo) -> Claims | None:
     if not env.get("JOB_COMPLETION_INDEX"):

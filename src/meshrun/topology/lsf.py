@@ -13,6 +13,10 @@ from collections.abc import Mapping
 from ..errors import UsageError
 from .base import Claims, HostInfo, Sourced, derived_port
 
+# The variables detect() reads (see meshrun.topology: every list of platform variables
+# is derived from these).
+READS = ("LSB_JOBID", "LSB_DJOB_RANKFILE")
+
 
 def detect(env: Mapping[str, str], host: HostInfo) -> Claims | None:
     job = env.get("LSB_JOBID", "").strip()

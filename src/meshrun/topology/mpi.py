@@ -23,6 +23,12 @@ _FLAVOURS = (
      ("MPI_LOCALNRANKS", "PALS_LOCAL_SIZE")),
 )
 
+# The variables detect() reads (see meshrun.topology: every list of platform variables
+# is derived from these).
+READS = ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", "PMI_SIZE",
+         "PMIX_SIZE", "PMI_RANK", "PMIX_RANK", "MPI_LOCALNRANKS", "PALS_LOCAL_SIZE",
+         "PMIX_NAMESPACE")
+
 
 def detect(env: Mapping[str, str], host: HostInfo) -> Claims | None:
     for platform, size_vars, rank_vars, local_vars in _FLAVOURS:

@@ -11,6 +11,10 @@ from collections.abc import Mapping
 
 from .base import Claims, HostInfo, Sourced, read_int
 
+# The variables detect() reads (see meshrun.topology: every list of platform variables
+# is derived from these).
+READS = ("NNODES", "NODE_RANK", "NPROC_PER_NODE", "MASTER_ADDR", "MASTER_PORT")
+
 
 def detect(env: Mapping[str, str], host: HostInfo) -> Claims | None:
     nproc = read_int(env, "NPROC_PER_NODE", minimum=1)

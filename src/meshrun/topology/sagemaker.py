@@ -9,6 +9,10 @@ from collections.abc import Mapping
 from ..errors import UsageError
 from .base import Claims, HostInfo, Sourced, read_int
 
+# The variables detect() reads (see meshrun.topology: every list of platform variables
+# is derived from these).
+READS = ("SM_HOSTS", "SM_CURRENT_HOST", "SM_NUM_GPUS", "TRAINING_JOB_NAME")
+
 
 def detect(env: Mapping[str, str], host: HostInfo) -> Claims | None:
     raw = env.get("SM_HOSTS", "").strip()

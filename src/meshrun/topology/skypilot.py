@@ -7,6 +7,11 @@ from collections.abc import Mapping
 
 from .base import Claims, HostInfo, Sourced, read_int
 
+# The variables detect() reads (see meshrun.topology: every list of platform variables
+# is derived from these).
+READS = ("SKYPILOT_NODE_RANK", "SKYPILOT_NUM_NODES", "SKYPILOT_NODE_IPS",
+         "SKYPILOT_NUM_GPUS_PER_NODE", "SKYPILOT_TASK_ID")
+
 
 def detect(env: Mapping[str, str], host: HostInfo) -> Claims | None:
     if not (env.get("SKYPILOT_NODE_RANK") or env.get("SKYPILOT_NUM_NODES")):

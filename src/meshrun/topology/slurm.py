@@ -23,6 +23,12 @@ from .base import (
     read_int,
 )
 
+# The variables detect() reads (see meshrun.topology: every list of platform variables
+# is derived from these).
+READS = ("SLURM_JOB_ID", "SLURM_JOBID", "SLURM_STEP_ID", "SLURM_NNODES", "SLURM_JOB_NUM_NODES",
+         "SLURM_STEP_NUM_NODES", "SLURM_NODEID", "SLURM_JOB_NODELIST", "SLURM_NODELIST",
+         "SLURM_STEP_NODELIST", "SLURM_GPUS_ON_NODE", "SLURM_STEP_TASKS_PER_NODE")
+
 
 def detect(env: Mapping[str, str], host: HostInfo) -> Claims | None:
     job = first_of(env, "SLURM_JOB_ID", "SLURM_JOBID")

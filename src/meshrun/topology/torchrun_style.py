@@ -16,6 +16,11 @@ from ..errors import UsageError
 from .address import split_endpoint
 from .base import Claims, HostInfo, Sourced, parse_int, read_int
 
+# The variables detect() reads (see meshrun.topology: every list of platform variables
+# is derived from these).
+READS = ("PET_NNODES", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT",
+         "PET_NPROC_PER_NODE", "PET_RDZV_ENDPOINT", "WORLD_SIZE")
+
 _TRAINER_MASTER = re.compile(r"^(?P<job>[a-z0-9]([-a-z0-9]*[a-z0-9])?)-node-0-0\.")
 
 

@@ -15,6 +15,15 @@ from collections.abc import Mapping
 
 from .base import Claims, HostInfo, Sourced, parse_int
 
+# The variables detect() reads (see meshrun.topology: every list of platform variables
+# is derived from these).
+READS = ("VC_TASK_INDEX", "VK_TASK_INDEX")
+# VC_<TASK>_NUM, VC_<TASK>_HOSTS: one pair per task of the job
+FAMILIES = ("VC_",)
+# Read for context, but not the platform's own: never cleared from a simulated node.
+# the pod's name <job>-<task>-<index>: Kubernetes sets it, and so do shells
+CONTEXT = ("HOSTNAME",)
+
 _NUM = re.compile(r"^VC_(?P<task>[A-Z0-9_]+)_NUM$")
 
 
