@@ -9,7 +9,7 @@ __version__ = "0.1.0"
 __all__ = ["__version__", "init_distributed", "progress"]
 
 
-def __getattr__(name: str):  # meshrun.init_distributed: imports meshrun.dist on first use
+def __getattr__(name: str):  # meshrun.init_distributed: imports meshrun.worker.dist on first use
     if name == "init_distributed":
         from .worker.dist import init_distributed
 

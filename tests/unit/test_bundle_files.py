@@ -13,8 +13,8 @@ from pathlib import Path
 from unit_fakes import plan as make_test_plan
 
 from meshrun.plan import Command
+from meshrun.redact import REDACTED
 from meshrun.reports.bundle import write_diagnosis, write_start
-from meshrun.reports.redact import REDACTED
 from meshrun.reports.report import summarize
 
 EARLIER = time.mktime((2024, 1, 2, 3, 4, 5, 0, 0, -1))   # an earlier run's files' mtime

@@ -209,7 +209,9 @@ def test_options_argv_gives_the_options_again():
 
 
 def test_run_id_and_port_have_one_owner():
-    assert render_spec.RUN_ID is model.RUN_ID
+    from meshrun.render import validate
+
+    assert validate.RUN_ID is model.RUN_ID
     assert render_spec.DEFAULT_MASTER_PORT == model.DEFAULT_MASTER_PORT
     assert render_spec.RenderSpec.__dataclass_fields__["master_port"].default == \
         model.DEFAULT_MASTER_PORT

@@ -264,7 +264,7 @@ def test_driver_version_and_nccl_last_error_are_quoted():
 
 
 def test_watchdog_lines_as_meshrun_prints_them():
-    from meshrun.runtime.watchdog import hang_line, node_lost_line
+    from meshrun.runtime.events import hang_line, node_lost_line
 
     lost = diagnose_text(node_lost_line(2, "gpu-c", 18.04))
     assert [(d.code, d.rank, d.host) for d in lost] == [("node-lost", None, "gpu-c")]
@@ -418,7 +418,7 @@ def test_docs_table_lists_every_code():
 
 
 def test_import_does_not_import_torch():
-    code = ("import meshrun.diagnose, meshrun.reports.redact, sys; "
+    code = ("import meshrun.diagnose, meshrun.redact, sys; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, check=False)

@@ -1,4 +1,4 @@
-"""meshrun.reports.redact: planted secrets never survive; ordinary names, values and words stay."""
+"""meshrun.redact: planted secrets never survive; ordinary names, values and words stay."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from meshrun.reports.redact import REDACTED, is_secret_name, redact_argv, redact_env, redact_text
+from meshrun.redact import REDACTED, is_secret_name, redact_argv, redact_env, redact_text
 
 # Fake secrets in the shapes real ones have.
 HF = "hf_QpRsTuVwXyZaBcDeFgHiJkLmNoPq0123456"

@@ -8,16 +8,15 @@ import time
 
 import pytest
 
-from meshrun.runtime.watchdog import (
-    BoundedStore,
+from meshrun.runtime.events import (
     hang_line,
     in_collective,
     node_lost_line,
     process_state,
     restart_verdict,
-    shut_connections,
     stuck_ranks,
 )
+from meshrun.runtime.store import BoundedStore, shut_connections
 
 
 @pytest.mark.parametrize("progress,stopped,silent,expected", [

@@ -231,7 +231,7 @@ def flag_or_env(args: argparse.Namespace, name: str, env: Mapping[str, str]
 
 def supervision(args: argparse.Namespace, env: Mapping[str, str]):
     """``--node-timeout`` / ``--hang-timeout`` (or their variables) as the watchdog's settings."""
-    from ..runtime.launch import Supervision
+    from ..runtime.supervise import Supervision
 
     values = {}
     for name, minimum in (("node_timeout", 2), ("hang_timeout", 0)):

@@ -86,13 +86,13 @@ meshrun's own lines
 -------------------
 ``meshrun: error: ...; fix: ...`` lines (port in use, master unreachable, DNS,
 join timeout, duplicate node rank, another job's store, preflight) are
-recognised and their fix reused. The watchdog (:mod:`meshrun.watchdog`) prints
+recognised and their fix reused. The watchdog (:mod:`meshrun.runtime.watchdog`) prints
 ``meshrun: node 1 (host-b) is lost: last heartbeat 12.3 s ago`` (or ``node 0
 (host-a), which hosts the job's store, is lost: ...``) and ``meshrun: job hung: no
 progress for 300 s; stuck: rank 3 on node 1 (host-b), rank 5 on node 2
 (host-c)``: :data:`NODE_LOST_RE` and :data:`HANG_RE` parse exactly those.
 
-Every ``line`` and ``cause`` passes :func:`meshrun.reports.redact.redact_text`, so a
+Every ``line`` and ``cause`` passes :func:`meshrun.redact.redact_text`, so a
 diagnosis is safe to attach to a bug report.
 
 The package, in reading order: :mod:`.records` (the records and tiers), :mod:`.causes`

@@ -13,11 +13,11 @@ from .records import ADVICE, EFFECT, SETUP, TIERS, Hit
 
 # --- formats meshrun itself prints ------------------------------------------------------------
 
-#: ``meshrun.watchdog.node_lost_line``:
+#: ``meshrun.runtime.events.node_lost_line``:
 #: "meshrun: node 1 (host-b) is lost: last heartbeat 12.3 s ago"
 NODE_LOST_RE = (r"meshrun: node (?P<node>\d+) \((?P<host>[^)]*)\)(?P<store>, which hosts the "
                 r"job's store,)? is lost: last heartbeat (?P<age>[\d.]+) s ago")
-#: ``meshrun.watchdog.hang_line``:
+#: ``meshrun.runtime.events.hang_line``:
 #: "meshrun: job hung: no progress for 300 s; stuck: rank 3 on node 1 (host-b), ..."
 HANG_RE = r"meshrun: job hung: no progress for (?P<secs>[\d.]+) s; stuck: (?P<stuck>.+)$"
 _STUCK_RE = re.compile(r"rank (\d+) on node (\d+) \(([^)]*)\)")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UsageError
-from ..reports.redact import redact_text
+from ..redact import redact_text
 from .catalog import ANY, CATALOG, UNKNOWN_CODE
 from .lines import (
     STRONG,
@@ -82,7 +82,7 @@ def diagnose_files(paths: Iterable[str | os.PathLike], *, job: Any = None,
         if os.path.isdir(path):
             device = device or _planned_device(path)
             # this run's logs only: not those an earlier run with the same id left behind,
-            # kept as <name>.<its time>[-n].log (meshrun.logs.keep_previous)
+            # kept as <name>.<its time>[-n].log (meshrun.runtime.logs.keep_previous)
             inner = sorted(p for p in os.listdir(path)
                            if p.endswith(".log") and not _KEPT_ASIDE.search(p))
             if not inner:

@@ -38,7 +38,7 @@ class HostFacts:
     # Why no GPU list could be read although nvidia-smi exists (driver missing, ...).
     gpu_error: str = ""
     files: Mapping[str, str] = field(default_factory=dict)
-    # meshrun.netfacts.NetFacts, collected once the master address is known (None: not yet).
+    # meshrun.facts.net.NetFacts, collected once the master address is known (None: not yet).
     net: Any = None
     cpus: int = 1  # CPUs this process may run on (its affinity mask)
 

@@ -2,7 +2,7 @@
 
 This is the only part of meshrun's network handling that looks at the machine. It
 reads sysfs, runs ``ip`` (iproute2) and opens one UDP socket; everything that
-decides (which interface, which HCAs, which GID index) is in :mod:`meshrun.network`
+decides (which interface, which HCAs, which GID index) is in :mod:`meshrun.nccl.policy`
 and works on the :class:`NetFacts` record built here.
 
 What is collected
@@ -40,7 +40,7 @@ bridges), ``bridge`` (has ``bridge/``), ``veth`` (``ip -d`` reports kind ``veth`
 the name starts with ``veth``), ``ib`` (ARPHRD 32, IPoIB), ``physical`` (has a
 ``device`` link), ``virtual`` (anything else: bonds, VLANs, tunnels, ifb). A veth is
 not judged by its kind alone: inside a container or a Kubernetes pod ``eth0`` *is*
-one end of a veth pair and the right interface; see :mod:`meshrun.network`.
+one end of a veth pair and the right interface; see :mod:`meshrun.nccl.policy`.
 
 No torch import here: ``meshrun plan`` must stay fast.
 """

@@ -27,7 +27,8 @@ def data_parallel(tp: int, world_size: int, nproc: int, nnodes: int, source: dic
         within = [d for d in good if nproc % d == 0]
         raise UsageError(
             f"parallel.tp {tp} ({source.get('parallel.tp')}) does not divide world size "
-            f"{world_size} ({nnodes} nodes x {nproc} per node): {world_size} / {tp} = "
+            f"{world_size} ({nnodes} node{'s' if nnodes != 1 else ''} x {nproc} per node): "
+            f"{world_size} / {tp} = "
             f"{world_size / tp:.3g}", subject="parallel.tp",
             hint=f"use a tp that divides {world_size}: "
                  f"{', '.join(map(str, within))} (within a node)"

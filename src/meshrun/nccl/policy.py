@@ -1,6 +1,6 @@
-"""The per-node network policy and the environment lint. Pure: facts + env in, records out.
+"""The per-node network policy (the lint is :mod:`.lint`). Pure: facts + env in, records out.
 
-:func:`network_env` turns this node's :class:`~meshrun.netfacts.NetFacts`, the node
+:func:`network_env` turns this node's :class:`~meshrun.facts.net.NetFacts`, the node
 count, the device kind and the user's environment into the variables this node's
 workers get, each with a one-line reason (``meshrun plan`` prints them):
 

@@ -46,7 +46,7 @@ def describe(plan: LaunchPlan) -> str:
     if plan.world_size_reading:
         rows.append(("WORLD_SIZE", plan.world_size_reading, ""))
     if plan.command:
-        from ..reports.redact import redact_argv
+        from ..redact import redact_argv
 
         rows.append(("command", " ".join(redact_argv(plan.command.argv())), ""))
     width = max(len(key) for key, _, _ in rows)

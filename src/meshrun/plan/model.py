@@ -103,5 +103,3 @@ class LaunchPlan:
         data["source"] = dict(self.source)
         data["command"] = self.command.argv() if self.command else None
         return data
-
-

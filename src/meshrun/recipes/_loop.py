@@ -14,7 +14,7 @@ A recipe builds its sharded model and hands the loop a :class:`Workload`;
    (and TensorBoard scalars under ``<log dir>/tensorboard`` when the
    ``tensorboard`` package is installed);
 4. every ``checkpoint.interval`` steps, and at the last step run: save
-   ``step-N`` (see :mod:`meshrun.checkpoint`).
+   ``step-N`` (see :mod:`meshrun.worker.checkpoint`).
 
 Metrics (one JSON object per logged step)::
 
@@ -355,7 +355,7 @@ def train(job: JobConfig, info: RankInfo, work: Workload) -> list[dict[str, Any]
             marked = step == first_step      # start-up and lazy init: reported alone, marked
             if not marked:
                 window.append(elapsed)
-            progress(step)  # the watchdog's hang detection (meshrun.watchdog)
+            progress(step)  # the watchdog's hang detection (meshrun.runtime.watchdog)
 
             if marked or step == last or step % t.log_every == 0:
                 step_time = elapsed if marked else sum(window) / len(window)

@@ -15,7 +15,7 @@ Tokens, keys, passwords and credentials never reach these files: the env dump
 and the plan go through :mod:`meshrun.redact`, and the banner shows the
 command redacted.
 
-Nothing is overwritten (as with the logs, :func:`meshrun.logs.keep_previous`): a
+Nothing is overwritten (as with the logs, :func:`meshrun.runtime.logs.keep_previous`): a
 rerun with the same run id (the default for an identical rerun: the id is a hash)
 first renames an earlier run's ``plan.node<k>.json``, ``env.node<k>.json`` and
 ``diagnosis.node<k>.json`` to ``<name>.<its mtime>.json``, so the plain names are
@@ -33,8 +33,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..plan import LaunchPlan
+from ..redact import redact_argv, redact_env, redact_text
 from ..runtime.logs import keep_previous
-from .redact import redact_argv, redact_env, redact_text
 
 
 def write_start(plan: LaunchPlan, env: Mapping[str, str]) -> list[str]:

@@ -5,13 +5,12 @@
 1. open the run's log folder and tee everything printed into ``node<k>.log``;
 2. print the banner (the plan, with where each value came from);
 3. open the job's store (node 0 hosts it at the master address:port) and wait
-   until every node has joined (:mod:`meshrun.store`);
+   until every node has joined (:mod:`meshrun.runtime.store`), and compare the nodes
+   (:mod:`meshrun.runtime.preflight`);
 4. call ``torch.distributed.launcher.api.launch_agent``, torchrun's own entry
-   point, with a c10d rendezvous over that store. The rendezvous handler is
-   torch's ``DynamicRendezvousHandler`` with ``C10dRendezvousBackend``; meshrun
-   wraps it only to keep the platform's node rank as the group rank (torch
-   would order nodes by host name), so global ranks are exactly the plan's:
-   node k runs ranks k*nproc .. k*nproc+nproc-1;
+   point, with a c10d rendezvous over that store (:mod:`meshrun.runtime.rendezvous`:
+   torch's handler, the group rank pinned to the node rank), while this node's
+   watchdog runs beside it (:mod:`meshrun.runtime.supervise`);
 5. report the outcome and return the workers' exit status.
 
 Workers run ``python -u SCRIPT ARGS`` (or ``-m MODULE``) with ``RANK``,
@@ -30,18 +29,17 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from ..diagnose.lines import reads_like_error
 from ..errors import EXIT_STARTUP, MeshrunError, StartupError
 from ..plan import LaunchPlan, describe, ranks_phrase
+from .events import Goodbye
 from .logs import RANK_PREFIX, LogRouter, worker_logs_spec
+from .rendezvous import RDZV_BACKEND, register_backend
 from .store import JobStore, join, open_store, say, store_errors
-from .watchdog import EventKind, Goodbye
+from .supervise import AGENT_RUNNING, Supervision, await_event, report_event, start_watchdog
 
-RDZV_BACKEND = "meshrun-c10d"
-AGENT_RUNNING = threading.Event()  # the watchdog may SIGTERM this process only while set
 STOPPED_BY_SIGNAL = threading.Event()  # the run was stopped from outside (not by meshrun)
 _STOP_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
 
@@ -68,16 +66,6 @@ def _default_signals() -> None:
     for name in _STOP_SIGNALS:
         signal.signal(getattr(signal, name),
                       signal.default_int_handler if name == "SIGINT" else signal.SIG_DFL)
-
-
-@dataclass(frozen=True)
-class Supervision:
-    """How the watchdog judges the job (see :mod:`meshrun.watchdog`)."""
-
-    node_timeout: float = 15.0   # a node silent this long is lost
-    hang_timeout: float = 300.0  # no rank progressing this long is a hang (0: off)
-    interval: float = 1.0        # heartbeat period
-    suspicion: float = 5.0       # after a local worker failure, a node silent this long is lost
 
 
 def run(plan: LaunchPlan, *, env: Mapping[str, str], max_restarts: int = 0,
@@ -173,7 +161,7 @@ def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, launch_agent
 
-    _register_backend(job, plan)
+    register_backend(job, plan)
     _quiet_agent_lines()
     config = LaunchConfig(
         min_nodes=plan.nnodes, max_nodes=plan.nnodes, nproc_per_node=plan.nproc_per_node,
@@ -186,7 +174,7 @@ def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
     say(f"starting {_workers(plan.nproc_per_node)}: {ranks_phrase(plan.global_ranks)} of "
         f"{plan.world_size} "
         f"({time.monotonic() - started:.1f} s after start)")
-    dog = _start_watchdog(job, plan, supervision, max_restarts)
+    dog = start_watchdog(job, plan, supervision, max_restarts)
     target = (["-m", plan.command.target] if plan.command.module
               else ["--", plan.command.target])
     status = Goodbye.FAILED
@@ -200,24 +188,24 @@ def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
             AGENT_RUNNING.clear()
         status = Goodbye.DONE
     except ChildFailedError as failed:
-        event = _await_event(dog, supervision)
+        event = await_event(dog, supervision)
         if event is not None:
             status = Goodbye.STOPPED  # by the event: another node's cause, not this node's
-            return _report_event(event)
+            return report_event(event)
         return _report_failure(plan, failed)   # Goodbye.FAILED: the others stop for it
     except SignalException as exc:
         status = Goodbye.STOPPED
         if dog.event is not None:
-            return _report_event(dog.event)
+            return report_event(dog.event)
         STOPPED_BY_SIGNAL.set()
         print(f"meshrun: node {plan.node_rank} stopped by {exc.sigval.name}; its workers "
               "were stopped", file=sys.stderr, flush=True)
         return 128 + int(exc.sigval)
     except Exception as exc:  # the agent itself failed (rendezvous, store)
-        event = _await_event(dog, supervision)  # a lost store host fails the agent first
+        event = await_event(dog, supervision)  # a lost store host fails the agent first
         if event is not None:
             status = Goodbye.STOPPED
-            return _report_event(event)
+            return report_event(event)
         first = str(exc).strip().splitlines()
         print(f"meshrun: error: the elastic agent on node {plan.node_rank} stopped: "
               f"{type(exc).__name__}: {first[0] if first else ''}; fix: see "
@@ -246,144 +234,8 @@ def _workers(count: int) -> str:
     return f"{count} worker{'s' if count != 1 else ''}"
 
 
-def _start_watchdog(job: JobStore, plan: LaunchPlan, supervision: Supervision,
-                    max_restarts: int = 0):
-    """Start this node's :class:`meshrun.watchdog.Watchdog` over the job's store.
-
-    Its ``on_event`` prints the event's line, then either stops the job (SIGTERM to this
-    process while torch's agent runs; stopped workers are SIGKILLed, they would ignore
-    SIGTERM) or, for a hang with restarts left on every node, SIGKILLs the hung attempt's
-    workers so the agent restarts them through the rendezvous."""
-    from .watchdog import Watchdog, resolve, shut_connections
-
-    store_addresses = resolve(plan.master_addr)  # now: no DNS after the network is gone
-    hosts = {}
-    for rank in range(plan.nnodes):
-        try:
-            holder = job.store.get(f"meshrun/node/{rank}").decode()
-            hosts[rank] = holder.split(" pid ")[0]
-        except Exception:  # noqa: BLE001
-            hosts[rank] = "?"
-
-    def on_event(event) -> None:
-        from .watchdog import process_state
-
-        print(event.line, file=sys.stderr, flush=True)
-        if event.restart:
-            used = max_restarts - restarts_left()
-            print(f"meshrun: restarting node {plan.node_rank}'s workers after the hang "
-                  f"(restart {used + 1} of {max_restarts}); they resume through the "
-                  "rendezvous", file=sys.stderr, flush=True)
-            for pid in event.pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
-            return
-        for pid in local_workers().values():  # a stopped worker would ignore SIGTERM for 30 s
-            if process_state(pid) in ("T", "t"):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
-        if AGENT_RUNNING.is_set():
-            os.kill(os.getpid(), signal.SIGTERM)  # torch's agent stops the workers in order
-        if event.kind == EventKind.STORE_LOST:
-            # torch's calls to the lost store may wait in recv() for TCP's timeout (~15 min)
-            # when its host vanished without closing the connections (a cut link, a frozen
-            # host): shut them, so those calls fail now and the agent can act on the SIGTERM.
-            shut_connections(job.port, store_addresses)
-
-    def restarts_left() -> int:
-        """What torch's agent has left, from its workers' TORCHELASTIC_* variables."""
-        env = _worker_env()
-        try:
-            return max(0, int(env[b"TORCHELASTIC_MAX_RESTARTS"])
-                       - int(env[b"TORCHELASTIC_RESTART_COUNT"]))
-        except (KeyError, ValueError):
-            return 0
-
-    dog = Watchdog(host=plan.master_addr, port=job.port, node_rank=plan.node_rank,
-                   nnodes=plan.nnodes, world_size=plan.world_size, hosts=hosts,
-                   node_timeout=supervision.node_timeout, hang_timeout=supervision.hang_timeout,
-                   interval=supervision.interval, on_event=on_event, local_pids=local_workers,
-                   restarts_left=restarts_left, log_dir=plan.log_dir)
-    dog.start()
-    return dog
-
-
-def _await_event(dog, supervision: Supervision, poll: float = 0.1):
-    """After a worker failure: was a node lost? The watchdog now counts ``suspicion``
-    seconds of silence as lost (:meth:`Watchdog.suspect`); wait until it says so, or every
-    node's workers are over (each node counts itself in ``meshrun/ended`` when its workers
-    end: a node that counted itself was not lost), or every other node has said goodbye, or
-    that time (plus two beats) has passed: then every other node is alive and the failure
-    is the workers' own. When every node failed, the last one to fail ends the wait for all,
-    within a poll."""
-    suspicion = min(supervision.node_timeout, max(supervision.suspicion, 3 * supervision.interval))
-    dog.suspect(suspicion)
-    dog.mark_ended()
-    deadline = time.monotonic() + suspicion + 2 * supervision.interval
-    while time.monotonic() < deadline:
-        if dog.event is not None:
-            return dog.event
-        dog.mark_ended()  # again until it is counted (the store may have been reconnecting)
-        if dog.all_ended() or dog.others_done():
-            return None
-        time.sleep(poll)
-    return dog.event
-
-
-def _report_event(event) -> int:
-    from ..errors import EXIT_HANG, EXIT_NODE_LOST, EXIT_WORKER_FAILED
-
-    if event.kind == EventKind.PEER_FAILED:  # another node's workers failed: so did the job
-        return EXIT_WORKER_FAILED
-    return EXIT_HANG if event.kind == EventKind.HANG else EXIT_NODE_LOST
-
-
-def _children() -> list[int]:
-    me = os.getpid()
-    try:
-        with open(f"/proc/{me}/task/{me}/children") as handle:
-            return [int(p) for p in handle.read().split()]
-    except OSError:
-        return []
-
-
-def _environ(pid: int) -> dict[bytes, bytes]:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as handle:
-            return dict(item.split(b"=", 1) for item in handle.read().split(b"\0")
-                        if b"=" in item)
-    except (OSError, ValueError):
-        return {}
-
-
-def local_workers() -> dict[int, int]:
-    """rank -> pid of this process's worker children (read from /proc)."""
-    out: dict[int, int] = {}
-    for pid in _children():
-        env = _environ(pid)
-        try:
-            if b"RANK" in env:
-                out[int(env[b"RANK"])] = pid
-        except ValueError:
-            continue
-    return out
-
-
-def _worker_env() -> dict[bytes, bytes]:
-    """The environment of one of this process's workers (empty when there is none)."""
-    for pid in _children():
-        env = _environ(pid)
-        if b"RANK" in env:
-            return env
-    return {}
-
-
 def _preflight(job: JobStore, plan: LaunchPlan, require_paths: tuple[str, ...]) -> None:
-    """Compare this node with the others before any worker starts (see meshrun.preflight)."""
+    """Compare this node with the others before any worker starts (see meshrun.runtime.preflight)."""
     from . import preflight
 
     started = time.monotonic()
@@ -468,90 +320,3 @@ def _first_error_line(failure: Any, plan: LaunchPlan, rank: int) -> str:
         if reads_like_error(line):
             return line[:300]
     return lines[-1][:300] if lines else ""
-
-
-# --- the rendezvous: torch's c10d handler over the job's store -----------------------------
-
-def _register_backend(job: JobStore, plan: LaunchPlan) -> None:
-    from torch.distributed.elastic.rendezvous import rendezvous_handler_registry as registry
-
-    def create(params: Any) -> Any:
-        return _handler(job, plan, params)
-
-    registry._registry[RDZV_BACKEND] = create  # re-registration across runs in one process
-
-
-def _worker_store_info(store: Any, plan: LaunchPlan) -> Any:
-    """Where this round's workers find their store: node 0 picks a free port on the master
-    address and publishes it under meshrun's own key in the round's (prefixed) store.
-
-    Not ``RendezvousStoreInfo.build``: that writes the keys torch's inner rendezvous writes
-    too, from *its* rank 0, which need not be our node 0 (ranks there follow the nodes'
-    descriptors). Two writers of one key let node 1 read the port node 0 later replaced, and
-    rank 0's store then waits for workers that went elsewhere until the process-group
-    timeout."""
-    from torch.distributed.elastic.rendezvous.api import RendezvousStoreInfo
-    from torch.distributed.elastic.utils.distributed import get_free_port
-
-    key = "meshrun/worker_store"
-    if plan.is_master:
-        store.set(key, f"{plan.master_addr} {get_free_port()}")
-    addr, port = store.get(key).decode().rsplit(" ", 1)
-    return RendezvousStoreInfo(addr, int(port))
-
-
-def _handler(job: JobStore, plan: LaunchPlan, params: Any) -> Any:
-    from datetime import timedelta
-
-    from torch.distributed.elastic.rendezvous.api import RendezvousHandler, RendezvousInfo
-    from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
-    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import (
-        DynamicRendezvousHandler,
-        RendezvousTimeout,
-    )
-
-    inner = DynamicRendezvousHandler.from_backend(
-        run_id=params.run_id, store=job.store,
-        backend=C10dRendezvousBackend(job.store, params.run_id),
-        min_nodes=params.min_nodes, max_nodes=params.max_nodes,
-        local_addr=plan.master_addr if plan.is_master else None,
-        timeout=RendezvousTimeout(join=timedelta(seconds=plan.join_timeout)))
-
-    class NodeRankRendezvous(RendezvousHandler):
-        """torch's c10d rendezvous, with the group rank pinned to the platform's node rank."""
-
-        def get_backend(self) -> str:
-            return RDZV_BACKEND
-
-        @property
-        def use_agent_store(self) -> bool:
-            # Workers get their own store per rendezvous round (rank 0 hosts it on a free
-            # port, published under the round's prefix): with the agent's store shared, a
-            # restart would find the previous attempt's keys (torch prefixes them by restart
-            # count, which differs between a node that failed and one that followed it).
-            return False
-
-        def next_rendezvous(self) -> Any:
-            info = inner.next_rendezvous()
-            if info.world_size != plan.nnodes:
-                raise RuntimeError(f"rendezvous formed with {info.world_size} nodes, "
-                                   f"expected {plan.nnodes}")
-            return RendezvousInfo(info.store, plan.node_rank, plan.nnodes,
-                                  _worker_store_info(info.store, plan))
-
-        def is_closed(self) -> bool:
-            return inner.is_closed()
-
-        def set_closed(self) -> None:
-            inner.set_closed()
-
-        def num_nodes_waiting(self) -> int:
-            return inner.num_nodes_waiting()
-
-        def get_run_id(self) -> str:
-            return inner.get_run_id()
-
-        def shutdown(self) -> bool:
-            return inner.shutdown()
-
-    return NodeRankRendezvous()

@@ -21,7 +21,7 @@ import threading
 import time
 from typing import Any, TextIO
 
-from ..reports.redact import redact_text
+from ..redact import redact_text
 
 RANK_PREFIX = "[rank${rank}]: "
 _RANK_LINE = re.compile(r"^\[rank(\d+)\]: ?(.*)$", re.S)

@@ -19,9 +19,10 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Callable
@@ -214,3 +215,124 @@ def store_errors(plan: LaunchPlan, port: int | None, step: str) -> Iterator[None
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0][:200] if text else type(exc).__name__
+
+
+# --- a client whose calls are bounded, and connections cut on purpose ---------------------
+
+class BoundedStore:
+    """A TCPStore client whose calls give up after ``timeout`` seconds.
+
+    TCPStore's client waits in ``recv()`` without a deadline for ``check``, ``set``,
+    ``add`` and ``compare_set``: when the store's host vanishes without closing the
+    connection (a cut link, a frozen host) such a call would block for TCP's
+    retransmission timeout (~15 min). Calls here run one at a time on a daemon thread;
+    the caller waits at most ``timeout``. After a call timed out the store counts as
+    broken: later calls fail at once (:class:`TimeoutError`) until the stuck call returns.
+    """
+
+    def __init__(self, store: Any, timeout: float) -> None:
+        import queue
+
+        self._store, self.timeout = store, timeout
+        self._requests: Any = queue.SimpleQueue()
+        self._stuck = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="meshrun-store-calls",
+                                        daemon=True)
+        self._thread.start()
+
+    def close(self, timeout: float) -> bool:
+        """Let the calling thread end once the calls before have returned, and drop the
+        connection; True when it ended within ``timeout`` (False: a call is still stuck)."""
+        self._requests.put(None)
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            return False
+        self._store = None  # the client's destructor closes the connection, here
+        return True
+
+    def _serve(self) -> None:
+        while True:
+            request = self._requests.get()
+            if request is None:
+                return
+            call, box, done = request
+            if done.is_set():  # the caller gave up already
+                continue
+            try:
+                box["value"] = call()
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                box["error"] = exc
+            self._stuck.clear()
+            done.set()
+
+    def _call(self, name: str, *args: Any) -> Any:
+        if self._stuck.is_set():
+            raise TimeoutError(f"an earlier store call has not returned; {name} not sent")
+        box: dict[str, Any] = {}
+        done = threading.Event()
+        self._requests.put((lambda: getattr(self._store, name)(*args), box, done))
+        if not done.wait(self.timeout):
+            self._stuck.set()
+            done.set()  # withdraws this request if it has not started
+            raise TimeoutError(f"store {name} did not return within {self.timeout:.0f} s")
+        if "error" in box:
+            raise box["error"]
+        return box.get("value")
+
+    def set(self, key: str, value: str) -> None:
+        self._call("set", key, value)
+
+    def get(self, key: str) -> bytes:
+        return self._call("get", key)
+
+    def check(self, keys: list[str]) -> bool:
+        return self._call("check", keys)
+
+    def add(self, key: str, amount: int) -> int:
+        return self._call("add", key, amount)
+
+    def multi_get(self, keys: list[str]) -> list[bytes]:
+        return self._call("multi_get", keys)
+
+
+def shut_connections(port: int, addresses: Sequence[str] = ()) -> int:
+    """Shut down (``shutdown(SHUT_RDWR)``) this process's TCP connections to ``port`` on one of
+    ``addresses`` (any address if empty); returns how many.
+
+    For a lost store host: torch's own clients of the job's store (the agent's rendezvous)
+    may be blocked in ``recv()`` on a connection whose peer vanished without closing it;
+    after the shutdown that ``recv()`` returns, torch raises, and the agent stops in order.
+    Linux only (reads ``/proc/self/fd``); elsewhere it does nothing."""
+    try:
+        fds = os.listdir("/proc/self/fd")
+    except OSError:
+        return 0
+    count = 0
+    for name in fds:
+        try:
+            if not os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
+                continue
+            sock = socket.socket(fileno=os.dup(int(name)))
+        except (OSError, ValueError):
+            continue
+        try:
+            if sock.type == socket.SOCK_STREAM and sock.family in (socket.AF_INET,
+                                                                   socket.AF_INET6):
+                host, peer_port = sock.getpeername()[:2]
+                host = host.removeprefix("::ffff:")  # IPv4 on a dual-stack socket
+                if peer_port == port and (not addresses or host in addresses):
+                    sock.shutdown(socket.SHUT_RDWR)
+                    count += 1
+        except OSError:
+            pass  # not connected
+        finally:
+            sock.close()  # closes the duplicate only
+    return count
+
+
+def resolve(host: str) -> tuple[str, ...]:
+    """The addresses ``host`` resolves to (itself if it does not resolve)."""
+    try:
+        return tuple({info[4][0] for info in socket.getaddrinfo(host, None)}) or (host,)
+    except OSError:
+        return (host,)

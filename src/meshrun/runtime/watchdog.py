@@ -40,96 +40,30 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
 from datetime import timedelta
-from enum import Enum
 from typing import Any
 
-
-class EventKind(str, Enum):
-    """What the watchdog found (compares equal to its string: ``EventKind.HANG == "hang"``)."""
-
-    NODE_LOST = "node-lost"      # a node's heartbeat went silent
-    STORE_LOST = "store-lost"    # node 0, which hosts the store, went silent
-    HANG = "hang"                # no rank progressed for --hang-timeout
-    PEER_FAILED = "peer-failed"  # another node's workers failed: the job ends
-
-    __str__ = str.__str__
-
-
-class Goodbye(str, Enum):
-    """How a node left the job, as it writes it under ``meshrun/done/<node>``."""
-
-    DONE = "done"        # its workers finished
-    FAILED = "failed"    # its own workers failed: the others stop theirs for it
-    STOPPED = "stopped"  # stopped by an event every node sees, or by a signal
-
-    __str__ = str.__str__
-
-    @classmethod
-    def read(cls, raw: bytes) -> Goodbye | str:
-        """A goodbye as read from the store (kept as text if unknown: another version's)."""
-        text = raw.decode(errors="replace")
-        try:
-            return cls(text)
-        except ValueError:
-            return text
-
+from .events import (
+    Event,
+    EventKind,
+    Goodbye,
+    hang_line,
+    in_collective,
+    node_lost_line,
+    peer_failed_line,
+    process_state,
+    restart_verdict,
+    stuck_ranks,
+)
+from .store import BoundedStore
 
 PREFIX = "meshrun/"
 GOODBYES = PREFIX + "goodbyes"  # how many nodes have written meshrun/done/<node>
 ENDED = PREFIX + "ended"  # how many nodes' workers are over (failed, finished or stopped)
-
-
-def node_lost_line(node: int, host: str, age_s: float, *, store_host: bool = False) -> str:
-    what = (f"node {node} ({host}), which hosts the job's store, is lost"
-            if store_host else f"node {node} ({host}) is lost")
-    return f"meshrun: {what}: last heartbeat {age_s:.1f} s ago"
-
-
-def peer_failed_line(node: int, host: str, me: int, *, store_closed: bool = False) -> str:
-    closed = " (its store closed with it)" if store_closed else ""
-    return (f"meshrun: node {node} ({host}) failed and ends the job{closed}: stopping node "
-            f"{me}'s workers; the cause is in node {node}'s output")
-
-
-def hang_line(stuck: Sequence[tuple[int, int, str]], seconds: float) -> str:
-    """``stuck``: (rank, node, host) of each stuck rank."""
-    who = ", ".join(f"rank {r} on node {n} ({h})" for r, n, h in stuck) or "no rank identified"
-    return f"meshrun: job hung: no progress for {seconds:.0f} s; stuck: {who}"
-
-
-@dataclass
-class Event:
-    """What the watchdog found. ``restart``: a hang handled by restarting the workers
-    (``pids``: this node's workers of the hung attempt, to be killed)."""
-
-    kind: EventKind
-    line: str
-    node: int | None = None
-    stuck: list = field(default_factory=list)
-    restart: bool = False
-    pids: tuple[int, ...] = ()
-
-
-def in_collective(stack_dump: str) -> bool:
-    """Pure: does a faulthandler dump show the rank waiting inside torch.distributed?"""
-    return bool(re.search(r"distributed_c10d\.py|torch/distributed/.*\b(wait|barrier)\b",
-                          stack_dump))
-
-
-def process_state(pid: int) -> str:
-    """The state letter from /proc/<pid>/stat (R, S, D, T, Z, ...), or "" if gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return ""
 
 
 def _size(path: str) -> int:
@@ -137,149 +71,6 @@ def _size(path: str) -> int:
         return os.path.getsize(path)
     except OSError:
         return 0
-
-
-class BoundedStore:
-    """A TCPStore client whose calls give up after ``timeout`` seconds.
-
-    TCPStore's client waits in ``recv()`` without a deadline for ``check``, ``set``,
-    ``add`` and ``compare_set``: when the store's host vanishes without closing the
-    connection (a cut link, a frozen host) such a call would block for TCP's
-    retransmission timeout (~15 min). Calls here run one at a time on a daemon thread;
-    the caller waits at most ``timeout``. After a call timed out the store counts as
-    broken: later calls fail at once (:class:`TimeoutError`) until the stuck call returns.
-    """
-
-    def __init__(self, store: Any, timeout: float) -> None:
-        import queue
-
-        self._store, self.timeout = store, timeout
-        self._requests: Any = queue.SimpleQueue()
-        self._stuck = threading.Event()
-        self._thread = threading.Thread(target=self._serve, name="meshrun-store-calls",
-                                        daemon=True)
-        self._thread.start()
-
-    def close(self, timeout: float) -> bool:
-        """Let the calling thread end once the calls before have returned, and drop the
-        connection; True when it ended within ``timeout`` (False: a call is still stuck)."""
-        self._requests.put(None)
-        self._thread.join(timeout)
-        if self._thread.is_alive():
-            return False
-        self._store = None  # the client's destructor closes the connection, here
-        return True
-
-    def _serve(self) -> None:
-        while True:
-            request = self._requests.get()
-            if request is None:
-                return
-            call, box, done = request
-            if done.is_set():  # the caller gave up already
-                continue
-            try:
-                box["value"] = call()
-            except BaseException as exc:  # noqa: BLE001 - handed to the caller
-                box["error"] = exc
-            self._stuck.clear()
-            done.set()
-
-    def _call(self, name: str, *args: Any) -> Any:
-        if self._stuck.is_set():
-            raise TimeoutError(f"an earlier store call has not returned; {name} not sent")
-        box: dict[str, Any] = {}
-        done = threading.Event()
-        self._requests.put((lambda: getattr(self._store, name)(*args), box, done))
-        if not done.wait(self.timeout):
-            self._stuck.set()
-            done.set()  # withdraws this request if it has not started
-            raise TimeoutError(f"store {name} did not return within {self.timeout:.0f} s")
-        if "error" in box:
-            raise box["error"]
-        return box.get("value")
-
-    def set(self, key: str, value: str) -> None:
-        self._call("set", key, value)
-
-    def get(self, key: str) -> bytes:
-        return self._call("get", key)
-
-    def check(self, keys: list[str]) -> bool:
-        return self._call("check", keys)
-
-    def add(self, key: str, amount: int) -> int:
-        return self._call("add", key, amount)
-
-    def multi_get(self, keys: list[str]) -> list[bytes]:
-        return self._call("multi_get", keys)
-
-
-def shut_connections(port: int, addresses: Sequence[str] = ()) -> int:
-    """Shut down (``shutdown(SHUT_RDWR)``) this process's TCP connections to ``port`` on one of
-    ``addresses`` (any address if empty); returns how many.
-
-    For a lost store host: torch's own clients of the job's store (the agent's rendezvous)
-    may be blocked in ``recv()`` on a connection whose peer vanished without closing it;
-    after the shutdown that ``recv()`` returns, torch raises, and the agent stops in order.
-    Linux only (reads ``/proc/self/fd``); elsewhere it does nothing."""
-    import socket
-
-    try:
-        fds = os.listdir("/proc/self/fd")
-    except OSError:
-        return 0
-    count = 0
-    for name in fds:
-        try:
-            if not os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
-                continue
-            sock = socket.socket(fileno=os.dup(int(name)))
-        except (OSError, ValueError):
-            continue
-        try:
-            if sock.type == socket.SOCK_STREAM and sock.family in (socket.AF_INET,
-                                                                   socket.AF_INET6):
-                host, peer_port = sock.getpeername()[:2]
-                host = host.removeprefix("::ffff:")  # IPv4 on a dual-stack socket
-                if peer_port == port and (not addresses or host in addresses):
-                    sock.shutdown(socket.SHUT_RDWR)
-                    count += 1
-        except OSError:
-            pass  # not connected
-        finally:
-            sock.close()  # closes the duplicate only
-    return count
-
-
-def resolve(host: str) -> tuple[str, ...]:
-    """The addresses ``host`` resolves to (itself if it does not resolve)."""
-    import socket
-
-    try:
-        return tuple({info[4][0] for info in socket.getaddrinfo(host, None)}) or (host,)
-    except OSError:
-        return (host,)
-
-
-def restart_verdict(restarts_left: Mapping[int, int], nnodes: int) -> bool:
-    """Pure: restart after a hang only when every node answered the probe with a restart left
-    (a node without one would stop instead, and the others would wait for it in vain)."""
-    return all(restarts_left.get(node, 0) > 0 for node in range(nnodes))
-
-
-def stuck_ranks(progress: Mapping[int, int], stopped: Sequence[int] = (),
-                silent: Sequence[int] = ()) -> list[int]:
-    """Pure: the ranks to blame for a hang.
-
-    ``progress``: rank -> last reported step. Ranks behind the furthest are stuck;
-    if all are level, the ones whose process is stopped (``stopped``) or did not
-    answer the stack dump (``silent``)."""
-    if not progress:
-        return sorted(set(stopped) | set(silent))
-    best = max(progress.values())
-    behind = sorted(r for r, step in progress.items() if step < best)
-    return behind or sorted(set(stopped) | set(silent))
 
 
 class Watchdog(threading.Thread):

@@ -1,0 +1,167 @@
+"""The launcher's supervision: this node's :class:`~meshrun.runtime.watchdog.Watchdog` wired to
+torch's agent (what it does on an event), the wait after a worker failure (was a node lost,
+or was it the workers' own failure?), and this process's workers as ``/proc`` shows them.
+
+The watchdog may SIGTERM this process only while :data:`AGENT_RUNNING` is set: torch's agent
+turns that signal into an orderly stop of the workers.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+from ..plan import LaunchPlan
+from .events import EventKind, process_state
+from .store import JobStore
+
+AGENT_RUNNING = threading.Event()  # the watchdog may SIGTERM this process only while set
+
+
+@dataclass(frozen=True)
+class Supervision:
+    """How the watchdog judges the job (see :mod:`meshrun.runtime.watchdog`)."""
+
+    node_timeout: float = 15.0   # a node silent this long is lost
+    hang_timeout: float = 300.0  # no rank progressing this long is a hang (0: off)
+    interval: float = 1.0        # heartbeat period
+    suspicion: float = 5.0       # after a local worker failure, a node silent this long is lost
+
+
+def start_watchdog(job: JobStore, plan: LaunchPlan, supervision: Supervision,
+                    max_restarts: int = 0):
+    """Start this node's :class:`meshrun.runtime.watchdog.Watchdog` over the job's store.
+
+    Its ``on_event`` prints the event's line, then either stops the job (SIGTERM to this
+    process while torch's agent runs; stopped workers are SIGKILLed, they would ignore
+    SIGTERM) or, for a hang with restarts left on every node, SIGKILLs the hung attempt's
+    workers so the agent restarts them through the rendezvous."""
+    from .store import resolve, shut_connections
+    from .watchdog import Watchdog
+
+    store_addresses = resolve(plan.master_addr)  # now: no DNS after the network is gone
+    hosts = {}
+    for rank in range(plan.nnodes):
+        try:
+            holder = job.store.get(f"meshrun/node/{rank}").decode()
+            hosts[rank] = holder.split(" pid ")[0]
+        except Exception:  # noqa: BLE001
+            hosts[rank] = "?"
+
+    def on_event(event) -> None:
+        print(event.line, file=sys.stderr, flush=True)
+        if event.restart:
+            used = max_restarts - restarts_left()
+            print(f"meshrun: restarting node {plan.node_rank}'s workers after the hang "
+                  f"(restart {used + 1} of {max_restarts}); they resume through the "
+                  "rendezvous", file=sys.stderr, flush=True)
+            for pid in event.pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            return
+        for pid in local_workers().values():  # a stopped worker would ignore SIGTERM for 30 s
+            if process_state(pid) in ("T", "t"):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+        if AGENT_RUNNING.is_set():
+            os.kill(os.getpid(), signal.SIGTERM)  # torch's agent stops the workers in order
+        if event.kind == EventKind.STORE_LOST:
+            # torch's calls to the lost store may wait in recv() for TCP's timeout (~15 min)
+            # when its host vanished without closing the connections (a cut link, a frozen
+            # host): shut them, so those calls fail now and the agent can act on the SIGTERM.
+            shut_connections(job.port, store_addresses)
+
+    def restarts_left() -> int:
+        """What torch's agent has left, from its workers' TORCHELASTIC_* variables."""
+        env = _worker_env()
+        try:
+            return max(0, int(env[b"TORCHELASTIC_MAX_RESTARTS"])
+                       - int(env[b"TORCHELASTIC_RESTART_COUNT"]))
+        except (KeyError, ValueError):
+            return 0
+
+    dog = Watchdog(host=plan.master_addr, port=job.port, node_rank=plan.node_rank,
+                   nnodes=plan.nnodes, world_size=plan.world_size, hosts=hosts,
+                   node_timeout=supervision.node_timeout, hang_timeout=supervision.hang_timeout,
+                   interval=supervision.interval, on_event=on_event, local_pids=local_workers,
+                   restarts_left=restarts_left, log_dir=plan.log_dir)
+    dog.start()
+    return dog
+
+
+def await_event(dog, supervision: Supervision, poll: float = 0.1):
+    """After a worker failure: was a node lost? The watchdog now counts ``suspicion``
+    seconds of silence as lost (:meth:`Watchdog.suspect`); wait until it says so, or every
+    node's workers are over (each node counts itself in ``meshrun/ended`` when its workers
+    end: a node that counted itself was not lost), or every other node has said goodbye, or
+    that time (plus two beats) has passed: then every other node is alive and the failure
+    is the workers' own. When every node failed, the last one to fail ends the wait for all,
+    within a poll."""
+    suspicion = min(supervision.node_timeout, max(supervision.suspicion, 3 * supervision.interval))
+    dog.suspect(suspicion)
+    dog.mark_ended()
+    deadline = time.monotonic() + suspicion + 2 * supervision.interval
+    while time.monotonic() < deadline:
+        if dog.event is not None:
+            return dog.event
+        dog.mark_ended()  # again until it is counted (the store may have been reconnecting)
+        if dog.all_ended() or dog.others_done():
+            return None
+        time.sleep(poll)
+    return dog.event
+
+
+def report_event(event) -> int:
+    from ..errors import EXIT_HANG, EXIT_NODE_LOST, EXIT_WORKER_FAILED
+
+    if event.kind == EventKind.PEER_FAILED:  # another node's workers failed: so did the job
+        return EXIT_WORKER_FAILED
+    return EXIT_HANG if event.kind == EventKind.HANG else EXIT_NODE_LOST
+
+
+def _children() -> list[int]:
+    me = os.getpid()
+    try:
+        with open(f"/proc/{me}/task/{me}/children") as handle:
+            return [int(p) for p in handle.read().split()]
+    except OSError:
+        return []
+
+
+def _environ(pid: int) -> dict[bytes, bytes]:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            return dict(item.split(b"=", 1) for item in handle.read().split(b"\0")
+                        if b"=" in item)
+    except (OSError, ValueError):
+        return {}
+
+
+def local_workers() -> dict[int, int]:
+    """rank -> pid of this process's worker children (read from /proc)."""
+    out: dict[int, int] = {}
+    for pid in _children():
+        env = _environ(pid)
+        try:
+            if b"RANK" in env:
+                out[int(env[b"RANK"])] = pid
+        except ValueError:
+            continue
+    return out
+
+
+def _worker_env() -> dict[bytes, bytes]:
+    """The environment of one of this process's workers (empty when there is none)."""
+    for pid in _children():
+        env = _environ(pid)
+        if b"RANK" in env:
+            return env
+    return {}
