@@ -236,4 +236,4 @@ def test_recipe_refuses_a_bad_job_config_in_one_line(tmp_path):
     # one job-config model (meshrun.job): the worker checks with the planner's own checks
     assert done.stderr.strip().splitlines() == [
         ("meshrun: error: train.lr = -1.0 in config MESHRUN_JOB_CONFIG is below 0; "
-         "fix: write a number >= 0, e.g. lr = 0.001")]
+         "fix: write a number >= 0, e.g. lr = 0.001 [config-bad-value]")]
