@@ -229,18 +229,27 @@ class JobConfig:
 
 def from_env(env: Mapping[str, str]) -> JobConfig | None:
     """The config meshrun handed this worker (``MESHRUN_JOB_CONFIG``), or None without one."""
-    text = env.get(ENV_VAR)
-    if text is None:
+    data = _read_env(env)
+    return None if data is None else JobConfig.from_dict(data, where=ENV_VAR)
+
+
+def _read_env(env: Mapping[str, str]) -> Mapping | None:
+    """``MESHRUN_JOB_CONFIG`` as a JSON object (None when unset or blank): the one reader of
+    what :meth:`JobConfig.to_env` wrote."""
+    raw = env.get(ENV_VAR, "").strip()
+    if not raw:
         return None
     try:
-        data = json.loads(text)
+        data = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise UsageError(f"{ENV_VAR} is not valid JSON ({exc})", subject=ENV_VAR,
-                         hint="launch the workers with meshrun run, which writes it; "
-                              "unset it otherwise", code="job-config-json-bad") from None
-    return JobConfig.from_dict(data, where=ENV_VAR)
-
-
+                         hint="let meshrun write it (meshrun run ...), or unset it",
+                         code="job-config-json-bad") from None
+    if not isinstance(data, Mapping):
+        raise UsageError(f"{ENV_VAR} is not a JSON object", subject=ENV_VAR,
+                         hint="let meshrun write it (meshrun run ...), or unset it",
+                         code="job-config-json-bad")
+    return data
 
 
 # --- resolving --------------------------------------------------------------------------------
@@ -365,20 +374,8 @@ def for_worker(recipe_name: str, env: Mapping[str, str], world_size: int, *,
     nodes = nnodes or max(1, world_size // nproc)
     if nodes * nproc != world_size:
         nproc, nodes = world_size, 1
-    raw = env.get(ENV_VAR, "").strip()
-    given = None
-    if raw:
-        try:
-            given = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"{ENV_VAR} is not valid JSON ({exc})", subject=ENV_VAR,
-                             hint="let meshrun write it (meshrun run --recipe ...), or unset it "
-                                  "to use the recipe's defaults",
-                                  code="job-config-json-bad") from None
-        if not isinstance(given, Mapping):
-            raise UsageError(f"{ENV_VAR} is not a JSON object", subject=ENV_VAR,
-                             hint="unset it to use the recipe's defaults",
-                             code="job-config-json-bad")
+    given = _read_env(env)
+    if given is not None:
         if given.get("recipe", recipe_name) != recipe_name:
             raise UsageError(f"{ENV_VAR} is for recipe {given['recipe']!r}, this worker runs "
                              f"{recipe_name!r}", subject=ENV_VAR,
