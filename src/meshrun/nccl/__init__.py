@@ -9,23 +9,26 @@ and the lint of the NCCL/TORCH_NCCL environment (docs/network.md). Pure.
   data checked when loaded)
 """
 
-from .lint import LINT_CODES, SEVERITIES, Finding, format_findings, lint_env
-from .policy import (
-    DEVICES,
-    SCALE_TABLE,
-    IfaceChoice,
-    NetPolicy,
-    Scale,
-    choose_socket_iface,
-    network_env,
-    never_chosen,
-    roce_v2_gid_index,
-    scale_for,
-)
-from .syntax import NcclList, parse_nccl_list
-from .variables import DEPRECATED, KNOWN_NCCL, KNOWN_TORCH_NCCL, REMOVED, RULES, UNREAD
+from importlib import import_module
 
-__all__ = ["DEPRECATED", "DEVICES", "KNOWN_NCCL", "KNOWN_TORCH_NCCL", "LINT_CODES", "REMOVED",
-           "RULES", "SCALE_TABLE", "SEVERITIES", "UNREAD", "Finding", "IfaceChoice", "NcclList",
-           "NetPolicy", "Scale", "choose_socket_iface", "format_findings", "lint_env",
-           "network_env", "never_chosen", "parse_nccl_list", "roce_v2_gid_index", "scale_for"]
+# name -> the submodule that defines it; imported on first use, so that the planner's
+# ``from meshrun.nccl.policy import network_env`` does not load the lint's table.
+_WHERE = {
+    **dict.fromkeys(("LINT_CODES", "SEVERITIES", "Finding", "format_findings", "lint_env"),
+                    "lint"),
+    **dict.fromkeys(("DEVICES", "SCALE_TABLE", "IfaceChoice", "NetPolicy", "Scale",
+                     "choose_socket_iface", "network_env", "never_chosen", "roce_v2_gid_index",
+                     "scale_for"), "policy"),
+    **dict.fromkeys(("NcclList", "parse_nccl_list"), "syntax"),
+    **dict.fromkeys(("DEPRECATED", "KNOWN_NCCL", "KNOWN_TORCH_NCCL", "REMOVED", "RULES",
+                     "UNREAD"), "variables"),
+}
+
+
+def __getattr__(name: str):
+    if name in _WHERE:
+        return getattr(import_module(f"{__name__}.{_WHERE[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = sorted(_WHERE)

@@ -74,12 +74,13 @@ def job_input(cmd: Command | None, *, recipe: str | None = None, config: str | N
 
     Returns (JobInput or None, command): a recipe (``--recipe``, the config's ``recipe``
     key, or ``-m meshrun.recipes.<x>``) becomes the workers' command."""
+    if not (recipe or config or sets or checkpoint_dir):
+        if cmd is None or not cmd.module or not cmd.target.startswith("meshrun.recipes."):
+            return None, cmd  # a plain script: no job config (and no import of it)
     from .. import job as jobcfg
     from .. import recipes
 
     if not (recipe or config or sets or checkpoint_dir):
-        if cmd is None or not cmd.module or not cmd.target.startswith("meshrun.recipes."):
-            return None, cmd  # a plain script: no job config (and no import of it)
         by_module = [r for r in recipes.RECIPES.values() if cmd.target == r.module]
         if not by_module:
             return None, cmd
