@@ -17,10 +17,11 @@ HEAVY = {"torch", "numpy", "accelerate", "transformers", "deepspeed", "lightning
 
 # package -> the meshrun packages it may import (besides itself); "recipes" means the
 # torch-free registry (meshrun.recipes), never a recipe module.
-PURE = {"errors", "redact", "topology", "job", "nccl", "plan", "diagnose", "render"}
+PURE = {"errors", "redact", "protocol", "topology", "job", "nccl", "plan", "diagnose", "render"}
 ALLOWED = {
     "errors": set(),
     "redact": set(),
+    "protocol": set(),
     "topology": {"errors"},
     "facts": {"errors", "topology"},
     "job": {"errors", "recipes"},
@@ -29,9 +30,9 @@ ALLOWED = {
     "diagnose": {"errors", "redact"},
     "render": {"errors", "topology", "plan", "job"},
     "reports": {"errors", "redact", "plan", "diagnose", "runtime"},
-    "worker": {"errors", "job"},
+    "worker": {"errors", "job", "protocol"},
     "recipes": {"errors", "job", "worker"},
-    "runtime": {"errors", "redact", "topology", "facts", "job", "nccl", "plan", "diagnose",
+    "runtime": {"errors", "redact", "protocol", "topology", "facts", "job", "nccl", "plan", "diagnose",
                 "render", "reports", "recipes", "worker"},
     "cli": None,  # the top: anything
     "__init__": {"worker"},  # meshrun.init_distributed / meshrun.progress, on first use

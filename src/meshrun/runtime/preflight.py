@@ -39,11 +39,10 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from .. import __version__
+from .. import __version__, protocol
 from ..errors import StartupError
 from ..plan import LaunchPlan
 
-KEY = "meshrun/preflight/"
 SKEW_WARN_S = 1.0
 # Compared field -> label in the table. Order is the table's order.
 MUST_MATCH = {
@@ -357,9 +356,9 @@ def exchange(store: Any, plan: LaunchPlan, mine: Mapping[str, Any], *,
              timeout_s: float) -> Verdict:
     """Publish ``mine``; node 0 compares everyone's; return the verdict every node sees."""
     wait = timedelta(seconds=timeout_s)
-    store.set(f"{KEY}fp/{plan.node_rank}", json.dumps(mine))
+    store.set(protocol.fingerprint_key(plan.node_rank), json.dumps(mine))
     if plan.node_rank == 0:
-        keys = [f"{KEY}fp/{r}" for r in range(plan.nnodes)]
+        keys = [protocol.fingerprint_key(r) for r in range(plan.nnodes)]
         try:
             store.wait(keys, wait)
         except RuntimeError:  # DistStoreError: a wait timeout
@@ -371,25 +370,25 @@ def exchange(store: Any, plan: LaunchPlan, mine: Mapping[str, Any], *,
                      "scan); --no-preflight skips the comparison") from None
         # One round trip each for N fingerprints and N - 1 clock offsets.
         prints = {r: json.loads(v) for r, v in enumerate(store.multi_get(keys))}
-        store.set(f"{KEY}t0", repr(time.time()))
-        offsets_keys = [f"{KEY}offset/{r}" for r in range(1, plan.nnodes)]
+        store.set(protocol.PREFLIGHT_T0, repr(time.time()))
+        offsets_keys = [protocol.offset_key(r) for r in range(1, plan.nnodes)]
         store.wait(offsets_keys, wait)
         offsets = {r: float(v) for r, v in zip(range(1, plan.nnodes),
                                                 store.multi_get(offsets_keys))}
         verdict = compare(prints, offsets)
-        store.set(f"{KEY}verdict", json.dumps(verdict.to_json()))
+        store.set(protocol.PREFLIGHT_VERDICT, json.dumps(verdict.to_json()))
         # Node 0 hosts the store: on a mismatch it must not exit (closing the store) before
         # every node has read the verdict.
         deadline = time.monotonic() + min(timeout_s, 30)
-        while store.add(f"{KEY}seen", 0) < plan.nnodes - 1 and time.monotonic() < deadline:
+        while store.add(protocol.PREFLIGHT_SEEN, 0) < plan.nnodes - 1 and time.monotonic() < deadline:
             time.sleep(0.01)
         return verdict
-    store.wait([f"{KEY}t0"], wait)
-    t0 = float(store.get(f"{KEY}t0"))
-    store.set(f"{KEY}offset/{plan.node_rank}", repr(time.time() - t0))
-    store.wait([f"{KEY}verdict"], wait)
-    verdict = Verdict.from_json(json.loads(store.get(f"{KEY}verdict")))
-    store.add(f"{KEY}seen", 1)
+    store.wait([protocol.PREFLIGHT_T0], wait)
+    t0 = float(store.get(protocol.PREFLIGHT_T0))
+    store.set(protocol.offset_key(plan.node_rank), repr(time.time() - t0))
+    store.wait([protocol.PREFLIGHT_VERDICT], wait)
+    verdict = Verdict.from_json(json.loads(store.get(protocol.PREFLIGHT_VERDICT)))
+    store.add(protocol.PREFLIGHT_SEEN, 1)
     return verdict
 
 

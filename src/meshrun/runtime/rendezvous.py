@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import protocol
 from ..plan import LaunchPlan
 from .store import JobStore
 
@@ -35,11 +36,11 @@ def _worker_store_info(store: Any, plan: LaunchPlan) -> Any:
     from torch.distributed.elastic.rendezvous.api import RendezvousStoreInfo
     from torch.distributed.elastic.utils.distributed import get_free_port
 
-    key = "meshrun/worker_store"
     if plan.is_master:
-        store.set(key, f"{plan.master_addr} {get_free_port()}")
-    addr, port = store.get(key).decode().rsplit(" ", 1)
-    return RendezvousStoreInfo(addr, int(port))
+        store.set(protocol.WORKER_STORE,
+                  protocol.Endpoint(plan.master_addr, get_free_port()).encode())
+    where = protocol.Endpoint.decode(store.get(protocol.WORKER_STORE))
+    return RendezvousStoreInfo(where.host, where.port)
 
 
 def _handler(job: JobStore, plan: LaunchPlan, params: Any) -> Any:

@@ -10,8 +10,8 @@ The same store serves, in order:
 3. the workers' own ``env://`` process-group store (torchrun's shared-store
    mode, ``TORCHELASTIC_USE_AGENT_STORE``).
 
-Keys meshrun writes live under ``meshrun/``; the rendezvous and the workers
-use their own prefixes.
+The keys meshrun writes and their payloads are :mod:`meshrun.protocol`; the rendezvous and
+the workers use their own prefixes.
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Callable
 
+from .. import protocol
 from ..errors import StartupError
 from ..plan import LaunchPlan
 from ..topology.address import join_host_port
 
-PREFIX = "meshrun/"
 _ATTEMPT_S = 5.0
 
 
@@ -123,14 +123,14 @@ def _resolve(plan: LaunchPlan, deadline: float, clock: Callable[[], float]) -> N
 
 
 def _claim_run(store: Any, plan: LaunchPlan) -> None:
-    store.set(PREFIX + "run_id", plan.run_id)
-    store.set(PREFIX + "nnodes", str(plan.nnodes))
+    store.set(protocol.RUN_ID, plan.run_id)
+    store.set(protocol.NNODES, str(plan.nnodes))
 
 
 def _check_run(store: Any, plan: LaunchPlan, where: str) -> None:
     try:
-        store.wait([PREFIX + "run_id"], timedelta(seconds=_ATTEMPT_S * 2))
-        theirs = store.get(PREFIX + "run_id").decode()
+        store.wait([protocol.RUN_ID], timedelta(seconds=_ATTEMPT_S * 2))
+        theirs = protocol.text(store.get(protocol.RUN_ID))
     except Exception:  # noqa: BLE001 - anything but a meshrun store
         raise StartupError(f"the process listening at {where} is not a meshrun job's store",
                            code="store-foreign", subject="--master-port",
@@ -147,22 +147,23 @@ def _check_run(store: Any, plan: LaunchPlan, where: str) -> None:
 def join(job: JobStore, plan: LaunchPlan, *, clock: Callable[[], float] = time.monotonic) -> None:
     """Claim this node's rank and wait until every node has joined."""
     store = job.store
-    me = f"{plan.hostname} pid {os.getpid()} {uuid.uuid4().hex[:8]}"
-    key = f"{PREFIX}node/{plan.node_rank}"
-    holder = store.compare_set(key, "", me).decode()
+    me = protocol.NodeClaim(plan.hostname, os.getpid(), uuid.uuid4().hex[:8]).encode()
+    key = protocol.node_key(plan.node_rank)
+    holder = protocol.text(store.compare_set(key, "", me))
     if holder != me:
         raise StartupError(
-            f"node rank {plan.node_rank} is already taken by {holder.rsplit(' ', 1)[0]}: two nodes "
+            f"node rank {plan.node_rank} is already taken by "
+            f"{protocol.NodeClaim.decode(holder).who()}: two nodes "
             "were given the same rank", code="duplicate-node-rank", subject="--node-rank",
             hint="give every node its own rank 0..N-1 (check NODE_RANK/RANK on each node)")
-    joined = store.add(PREFIX + "joined", 1)
+    joined = store.add(protocol.JOINED, 1)
     where = join_host_port(plan.master_addr, job.port)
     if plan.nnodes == 1:
         return
     deadline = clock() + plan.join_timeout
     shown, last_note = -1, clock()
     while True:
-        joined = store.add(PREFIX + "joined", 0)
+        joined = store.add(protocol.JOINED, 0)
         if joined >= plan.nnodes:
             if joined > plan.nnodes:
                 raise StartupError(
@@ -178,7 +179,7 @@ def join(job: JobStore, plan: LaunchPlan, *, clock: Callable[[], float] = time.m
             shown, last_note = joined, now
         if now >= deadline:
             missing = [r for r in range(plan.nnodes)
-                       if not store.check([f"{PREFIX}node/{r}"])]
+                       if not store.check([protocol.node_key(r)])]
             raise StartupError(
                 f"only {joined} of {plan.nnodes} nodes joined the store at {where} within "
                 f"{plan.join_timeout} s; missing node ranks: {', '.join(map(str, missing))}",

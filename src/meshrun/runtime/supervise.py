@@ -15,6 +15,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from .. import protocol
 from ..plan import LaunchPlan
 from .events import EventKind, process_state
 from .store import JobStore
@@ -47,8 +48,7 @@ def start_watchdog(job: JobStore, plan: LaunchPlan, supervision: Supervision,
     hosts = {}
     for rank in range(plan.nnodes):
         try:
-            holder = job.store.get(f"meshrun/node/{rank}").decode()
-            hosts[rank] = holder.split(" pid ")[0]
+            hosts[rank] = protocol.NodeClaim.decode(job.store.get(protocol.node_key(rank))).host
         except Exception:  # noqa: BLE001
             hosts[rank] = "?"
 

@@ -38,7 +38,6 @@ The one-line messages are :func:`node_lost_line` and :func:`hang_line`;
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import threading
@@ -47,6 +46,7 @@ from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any
 
+from .. import protocol
 from .events import (
     Event,
     EventKind,
@@ -60,10 +60,6 @@ from .events import (
     stuck_ranks,
 )
 from .store import BoundedStore
-
-PREFIX = "meshrun/"
-GOODBYES = PREFIX + "goodbyes"  # how many nodes have written meshrun/done/<node>
-ENDED = PREFIX + "ended"  # how many nodes' workers are over (failed, finished or stopped)
 
 
 def _size(path: str) -> int:
@@ -119,8 +115,8 @@ class Watchdog(threading.Thread):
             return
         self.mark_ended()
         try:
-            store.set(f"{PREFIX}done/{self.node_rank}", Goodbye(status).value)
-            store.add(GOODBYES, 1)  # after the status: a reader that sees the count sees it
+            store.set(protocol.done_key(self.node_rank), Goodbye(status).value)
+            store.add(protocol.GOODBYES, 1)  # after the status: a reader that sees the count sees it
             if self.node_rank == 0 and status == Goodbye.FAILED and self.nnodes > 1:
                 # Node 0 hosts the store: keep it up for two beats, so the others read that
                 # node 0 failed (and stop) instead of finding its store gone (node lost).
@@ -154,18 +150,18 @@ class Watchdog(threading.Thread):
                 if self._store is None:
                     raise ConnectionError("no store connection")
                 beats += 1
-                self._store.set(f"{PREFIX}hb/{self.node_rank}", str(beats))
-                keys = [f"{PREFIX}hb/{r}" for r in range(self.nnodes)]
+                self._store.set(protocol.heartbeat_key(self.node_rank), str(beats))
+                keys = [protocol.heartbeat_key(r) for r in range(self.nnodes)]
                 values = self._store.multi_get(keys) if self._all_set(keys) else [
                     self._get_or_empty(k) for k in keys]
                 # One call a beat while nobody said goodbye (not one per node: N nodes
                 # would make N x N calls a second on node 0's store).
-                said = int(self._store.add(GOODBYES, 0))
+                said = int(self._store.add(protocol.GOODBYES, 0))
                 if said != len(self.goodbyes):
                     for r in range(self.nnodes):
-                        if r not in self.goodbyes and self._store.check([f"{PREFIX}done/{r}"]):
+                        if r not in self.goodbyes and self._store.check([protocol.done_key(r)]):
                             self.goodbyes[r] = Goodbye.read(
-                                self._store.get(f"{PREFIX}done/{r}"))
+                                self._store.get(protocol.done_key(r)))
                 done = set(self.goodbyes)
                 store_ok_at = now
             except Exception:  # noqa: BLE001 - the store host is gone or frozen
@@ -204,24 +200,21 @@ class Watchdog(threading.Thread):
                 continue
 
     # -- hangs ------------------------------------------------------------------------------
-    def _key(self, name: str) -> str:
-        """``meshrun/<name>/<generation>``: each handled hang gets fresh keys."""
-        return f"{PREFIX}{name}/{self._gen}"
-
     def _check_hang(self, now: float, progress_seen: dict[int, tuple[bytes, float]]) -> bool:
         """Node 0 watches progress; on a hang every node probes its own workers (stack dump,
         process state) and node 0 names the stuck ranks. True when the job stops."""
         store = self._store
-        if store.check([self._key("hang")]):
-            data = json.loads(store.get(self._key("hang")))
+        gen = self._gen  # each handled hang gets fresh keys
+        if store.check([protocol.hang_key(gen)]):
+            verdict = protocol.HangVerdict.decode(store.get(protocol.hang_key(gen)))
             pids = self._hung_pids()
-            store.add(self._key("hang_seen"), 1)
-            return self._verdict(data, pids, progress_seen)
-        if store.check([self._key("hang_probe")]) and self._probed_gen != self._gen:
-            store.set(self._key(f"stuck/{self.node_rank}"), json.dumps(self._probe_local()))
+            store.add(protocol.hang_seen_key(gen), 1)
+            return self._verdict(verdict, pids, progress_seen)
+        if store.check([protocol.hang_probe_key(gen)]) and self._probed_gen != gen:
+            store.set(protocol.stuck_key(gen, self.node_rank), self._probe_local().encode())
         if self.node_rank != 0:
             return False
-        keys = [f"{PREFIX}progress/{r}" for r in range(self.world_size)]
+        keys = [protocol.progress_key(r) for r in range(self.world_size)]
         values = {r: self._get_or_empty(k) for r, k in enumerate(keys)}
         # After a restart, what the hung attempt left counts as silence.
         values = {r: b"" if v and self._stale.get(r) == v else v for r, v in values.items()}
@@ -234,38 +227,38 @@ class Watchdog(threading.Thread):
         if now - last < self.hang_timeout:
             return False
         # Probe every node (including this one), then combine.
-        store.set(self._key("hang_probe"), "1")
-        store.set(self._key("stuck/0"), json.dumps(self._probe_local()))
-        probes: dict[int, dict] = {}
+        store.set(protocol.hang_probe_key(gen), "1")
+        store.set(protocol.stuck_key(gen, 0), self._probe_local().encode())
+        probes: dict[int, protocol.Probe] = {}
         deadline = time.monotonic() + 5.0
         while time.monotonic() < deadline and len(probes) < self.nnodes:
             for node in range(self.nnodes):
-                key = self._key(f"stuck/{node}")
+                key = protocol.stuck_key(gen, node)
                 if node not in probes and store.check([key]):
-                    probes[node] = json.loads(store.get(key))
+                    probes[node] = protocol.Probe.decode(store.get(key))
             time.sleep(0.1)
-        flagged = sorted({int(r) for found in probes.values() for r, _ in found["stuck"]})
-        steps = {r: int(v.split()[0]) for r, v in values.items() if v}
+        flagged = sorted({r for found in probes.values() for r, _ in found.stuck})
+        steps = {r: protocol.Progress.decode(v).step for r, v in values.items() if v}
         silent = [r for r, v in values.items() if not v]
         stuck = flagged or stuck_ranks(steps, silent=silent)
         nproc = self.world_size // self.nnodes
         who = [(r, r // nproc, self.hosts.get(r // nproc, "?")) for r in stuck]
-        restart = restart_verdict({n: p["restarts_left"] for n, p in probes.items()},
+        restart = restart_verdict({n: p.restarts_left for n, p in probes.items()},
                                   self.nnodes)
-        data = {"line": hang_line(who, now - last), "stuck": who, "restart": restart}
-        store.set(self._key("hang"), json.dumps(data))
+        verdict = protocol.HangVerdict(hang_line(who, now - last), tuple(who), restart)
+        store.set(protocol.hang_key(gen), verdict.encode())
         # Let every node read the verdict before this one (the store's host) may stop.
         deadline = time.monotonic() + 3 * self.interval + 2.0
-        while store.add(self._key("hang_seen"), 0) < self.nnodes - 1 and \
+        while store.add(protocol.hang_seen_key(gen), 0) < self.nnodes - 1 and \
                 time.monotonic() < deadline:
             time.sleep(0.05)
-        return self._verdict(data, self._hung_pids(), progress_seen)
+        return self._verdict(verdict, self._hung_pids(), progress_seen)
 
-    def _verdict(self, data: dict, pids: Mapping[int, int],
+    def _verdict(self, verdict: protocol.HangVerdict, pids: Mapping[int, int],
                  progress_seen: dict[int, tuple[bytes, float]]) -> bool:
         """Act on node 0's verdict: stop (True), or restart and start a new generation."""
-        event = Event(EventKind.HANG, data["line"], stuck=data["stuck"],
-                      restart=bool(data.get("restart")), pids=tuple(sorted(pids.values())))
+        event = Event(EventKind.HANG, verdict.line, stuck=[list(s) for s in verdict.stuck],
+                      restart=verdict.restart, pids=tuple(sorted(pids.values())))
         if not event.restart:
             self._fire(event)
             return True
@@ -274,7 +267,7 @@ class Watchdog(threading.Thread):
         self._gen += 1
         progress_seen.clear()
         if self.node_rank == 0:
-            keys = [f"{PREFIX}progress/{r}" for r in range(self.world_size)]
+            keys = [protocol.progress_key(r) for r in range(self.world_size)]
             self._stale = {r: self._get_or_empty(k) for r, k in enumerate(keys)}
         return False
 
@@ -282,9 +275,9 @@ class Watchdog(threading.Thread):
         """This node's workers of the hung attempt: the ones probed, else those alive now."""
         return dict(self._probed) if self._probed_gen == self._gen else dict(self.local_pids())
 
-    def _probe_local(self) -> dict:
-        """Dump this node's workers' stacks. Returns ``{"stuck": [(rank, why)], "restarts_left":
-        n}``: the ranks that look stuck (stopped (state T), not answering the dump, or not
+    def _probe_local(self) -> protocol.Probe:
+        """Dump this node's workers' stacks. Returns the :class:`~meshrun.protocol.Probe`: the
+        ranks that look stuck (stopped (state T), not answering the dump, or not
         inside a collective) and the restarts this node's agent has left."""
         pids = dict(self.local_pids())
         self._probed, self._probed_gen = pids, self._gen
@@ -312,7 +305,7 @@ class Watchdog(threading.Thread):
                 dump = handle.read()
             if not in_collective(dump):
                 out.append((rank, "not in a collective"))
-        return {"stuck": out, "restarts_left": left}
+        return protocol.Probe(tuple(out), left)
 
     def mark_ended(self) -> None:
         """Count this node in ``meshrun/ended``: its workers are over (once per node)."""
@@ -320,7 +313,7 @@ class Watchdog(threading.Thread):
             return
         try:
             if self._store is not None:
-                self._store.add(ENDED, 1)
+                self._store.add(protocol.ENDED, 1)
                 self._ended = True
         except Exception:  # noqa: BLE001, S110 - the store may be gone: nothing to count then
             pass
@@ -329,7 +322,7 @@ class Watchdog(threading.Thread):
         """Every node's workers are over (this node's included): none of them was lost, so a
         failure here is the workers' own and nobody needs to wait for a silent node."""
         try:
-            return self._store is not None and int(self._store.add(ENDED, 0)) >= self.nnodes
+            return self._store is not None and int(self._store.add(protocol.ENDED, 0)) >= self.nnodes
         except Exception:  # noqa: BLE001
             return False
 
@@ -337,7 +330,7 @@ class Watchdog(threading.Thread):
         """Every other node has said goodbye (finished or failed, but not lost)."""
         try:
             return self._store is not None and self._store.check(
-                [f"{PREFIX}done/{r}" for r in range(self.nnodes) if r != self.node_rank])
+                [protocol.done_key(r) for r in range(self.nnodes) if r != self.node_rank])
         except Exception:  # noqa: BLE001
             return False
 

@@ -16,6 +16,8 @@ import time
 from datetime import timedelta
 from typing import Any
 
+from ..protocol import Progress, progress_key
+
 _state: dict[str, Any] = {"store": None, "last": 0.0, "off": False}
 
 
@@ -38,6 +40,7 @@ def progress(step: int) -> None:
             _state["store"] = TCPStore(host, int(port),
                                        is_master=False, timeout=timedelta(seconds=10),
                                        wait_for_workers=False)
-        _state["store"].set(f"meshrun/progress/{os.environ['RANK']}", f"{int(step)} {time.time()}")
+        _state["store"].set(progress_key(os.environ["RANK"]),
+                            Progress(int(step), time.time()).encode())
     except Exception:  # noqa: BLE001 - progress reports must never break training
         _state["store"] = None

@@ -1,0 +1,215 @@
+"""The job's store protocol: every key meshrun writes in the job's store, and its payload.
+
+Node 0's agent hosts one TCPStore (:mod:`meshrun.runtime.store`); every node's agent, its
+watchdog and its workers' :func:`meshrun.progress` talk through it, using only the names
+and payload types below (no caller builds a key or parses a value itself). Pure: strings
+and bytes in and out, never a store call. docs/architecture.md has the same table.
+
+=================================  =======================  ==========================
+key                                written by               payload
+=================================  =======================  ==========================
+``meshrun/run_id``                 node 0, at start         the run id (text)
+``meshrun/nnodes``                 node 0, at start         the node count (int)
+``meshrun/node/<node>``            each node, its claim     :class:`NodeClaim`
+``meshrun/joined``                 each node, once          counter
+``meshrun/preflight/fp/<node>``    each node                fingerprint (JSON)
+``meshrun/preflight/t0``           node 0                   its clock (float)
+``meshrun/preflight/offset/<n>``   nodes 1..N-1             clock offset (float)
+``meshrun/preflight/verdict``      node 0                   the comparison (JSON)
+``meshrun/preflight/seen``         nodes 1..N-1, once       counter
+``meshrun/hb/<node>``              each node, every beat    beat number (int)
+``meshrun/watch``                  node 0, every beat       :class:`Watch`
+``meshrun/done/<node>``            each node, at its end    a ``Goodbye`` value
+``meshrun/goodbyes``               each node, once          counter
+``meshrun/ended``                  each node, once          counter
+``meshrun/progress/<rank>``        each worker, <= 1/s      :class:`Progress`
+``meshrun/hang_probe/<g>``         node 0                   "1"
+``meshrun/stuck/<g>/<node>``       each node, probed        :class:`Probe`
+``meshrun/hang/<g>``               node 0                   :class:`HangVerdict`
+``meshrun/hang_seen/<g>``          nodes 1..N-1, once       counter
+``meshrun/worker_store``           node 0, each round       :class:`Endpoint`
+=================================  =======================  ==========================
+
+``<g>`` is the hang generation: the number of hangs handled by a restart so far, the same
+on every node. torch's rendezvous and the workers' own process-group stores use their own
+prefixes on the same store (the rendezvous: ``torch.rendezvous.<run id>``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+PREFIX = "meshrun/"
+
+RUN_ID = PREFIX + "run_id"
+NNODES = PREFIX + "nnodes"
+JOINED = PREFIX + "joined"
+GOODBYES = PREFIX + "goodbyes"  # how many nodes have written done/<node>
+ENDED = PREFIX + "ended"        # how many nodes' workers are over (failed, finished, stopped)
+WATCH = PREFIX + "watch"
+WORKER_STORE = PREFIX + "worker_store"
+
+PREFLIGHT = PREFIX + "preflight/"
+PREFLIGHT_T0 = PREFLIGHT + "t0"
+PREFLIGHT_VERDICT = PREFLIGHT + "verdict"
+PREFLIGHT_SEEN = PREFLIGHT + "seen"
+
+
+def node_key(node: int) -> str:
+    return f"{PREFIX}node/{node}"
+
+
+def heartbeat_key(node: int) -> str:
+    return f"{PREFIX}hb/{node}"
+
+
+def done_key(node: int) -> str:
+    return f"{PREFIX}done/{node}"
+
+
+def progress_key(rank: int | str) -> str:
+    return f"{PREFIX}progress/{rank}"
+
+
+def fingerprint_key(node: int) -> str:
+    return f"{PREFLIGHT}fp/{node}"
+
+
+def offset_key(node: int) -> str:
+    return f"{PREFLIGHT}offset/{node}"
+
+
+def hang_probe_key(gen: int) -> str:
+    return f"{PREFIX}hang_probe/{gen}"
+
+
+def stuck_key(gen: int, node: int) -> str:
+    return f"{PREFIX}stuck/{gen}/{node}"
+
+
+def hang_key(gen: int) -> str:
+    return f"{PREFIX}hang/{gen}"
+
+
+def hang_seen_key(gen: int) -> str:
+    return f"{PREFIX}hang_seen/{gen}"
+
+
+def text(raw: bytes | str) -> str:
+    return raw.decode(errors="replace") if isinstance(raw, bytes) else raw
+
+
+@dataclass(frozen=True)
+class NodeClaim:
+    """Who holds a node rank: ``"<host> pid <pid> <token>"`` (the token tells two processes
+    of one host apart)."""
+
+    host: str
+    pid: int
+    token: str
+
+    def encode(self) -> str:
+        return f"{self.host} pid {self.pid} {self.token}"
+
+    @classmethod
+    def decode(cls, raw: bytes | str) -> NodeClaim:
+        host, _, rest = text(raw).partition(" pid ")
+        pid, _, token = rest.partition(" ")
+        return cls(host, int(pid) if pid.isdigit() else 0, token)
+
+    def who(self) -> str:
+        """``host pid N``, as a person reads it."""
+        return f"{self.host} pid {self.pid}"
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A worker's last reported step and the wall-clock time it reported it."""
+
+    step: int
+    at: float
+
+    def encode(self) -> str:
+        return f"{self.step} {self.at}"
+
+    @classmethod
+    def decode(cls, raw: bytes | str) -> Progress:
+        step, _, at = text(raw).partition(" ")
+        return cls(int(step), float(at or 0.0))
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A store address: ``"<host> <port>"`` (space-separated: the host may be IPv6)."""
+
+    host: str
+    port: int
+
+    def encode(self) -> str:
+        return f"{self.host} {self.port}"
+
+    @classmethod
+    def decode(cls, raw: bytes | str) -> Endpoint:
+        host, _, port = text(raw).rpartition(" ")
+        return cls(host, int(port))
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One node's answer to a hang probe: its ranks that look stuck (with why) and the
+    restarts its agent has left."""
+
+    stuck: tuple[tuple[int, str], ...] = ()
+    restarts_left: int = 0
+
+    def encode(self) -> str:
+        return json.dumps({"stuck": [list(s) for s in self.stuck],
+                           "restarts_left": self.restarts_left})
+
+    @classmethod
+    def decode(cls, raw: bytes | str) -> Probe:
+        data = json.loads(text(raw))
+        return cls(tuple((int(r), str(why)) for r, why in data["stuck"]),
+                   int(data["restarts_left"]))
+
+
+@dataclass(frozen=True)
+class HangVerdict:
+    """Node 0's verdict on a hang: the line every node prints, the stuck ranks as
+    (rank, node, host), and whether every node restarts its workers."""
+
+    line: str
+    stuck: tuple[tuple[int, int, str], ...] = ()
+    restart: bool = False
+
+    def encode(self) -> str:
+        return json.dumps({"line": self.line, "stuck": [list(s) for s in self.stuck],
+                           "restart": self.restart})
+
+    @classmethod
+    def decode(cls, raw: bytes | str) -> HangVerdict:
+        data = json.loads(text(raw))
+        return cls(data["line"], tuple((int(r), int(n), str(h)) for r, n, h in data["stuck"]),
+                   bool(data.get("restart")))
+
+
+@dataclass(frozen=True)
+class Watch:
+    """What node 0's watchdog publishes every beat, for every other node to read in one call:
+    its own beat number (node 0 is alive while it changes), the nodes it found lost (node,
+    seconds silent), and every goodbye it has read (node -> Goodbye value)."""
+
+    beat: int
+    lost: tuple[tuple[int, float], ...] = ()
+    goodbyes: dict[int, str] = field(default_factory=dict)
+
+    def encode(self) -> str:
+        return json.dumps({"beat": self.beat, "lost": [list(x) for x in self.lost],
+                           "goodbyes": {str(k): v for k, v in self.goodbyes.items()}})
+
+    @classmethod
+    def decode(cls, raw: bytes | str) -> Watch:
+        data = json.loads(text(raw))
+        return cls(int(data["beat"]), tuple((int(n), float(s)) for n, s in data["lost"]),
+                   {int(k): str(v) for k, v in data.get("goodbyes", {}).items()})
