@@ -17,21 +17,19 @@ key                                written by               payload
 ``meshrun/preflight/offset/<n>``   nodes 1..N-1             clock offset (float)
 ``meshrun/preflight/verdict``      node 0                   the comparison (JSON)
 ``meshrun/preflight/seen``         nodes 1..N-1, once       counter
-``meshrun/hb/<node>``              each node, every beat    beat number (int)
+``meshrun/hb/<node>``              each node, every beat    :class:`Heartbeat`
 ``meshrun/watch``                  node 0, every beat       :class:`Watch`
-``meshrun/done/<node>``            each node, at its end    a ``Goodbye`` value
-``meshrun/goodbyes``               each node, once          counter
 ``meshrun/ended``                  each node, once          counter
 ``meshrun/progress/<rank>``        each worker, <= 1/s      :class:`Progress`
-``meshrun/hang_probe/<g>``         node 0                   "1"
 ``meshrun/stuck/<g>/<node>``       each node, probed        :class:`Probe`
-``meshrun/hang/<g>``               node 0                   :class:`HangVerdict`
 ``meshrun/hang_seen/<g>``          nodes 1..N-1, once       counter
 ``meshrun/worker_store``           node 0, each round       :class:`Endpoint`
 =================================  =======================  ==========================
 
 ``<g>`` is the hang generation: the number of hangs handled by a restart so far, the same
-on every node. torch's rendezvous and the workers' own process-group stores use their own
+on every node. Supervision is O(N) on node 0's store: each node writes its heartbeat and
+reads node 0's :class:`Watch` (two calls a beat); node 0 reads every heartbeat in one call
+and publishes one Watch (its verdicts: lost nodes, goodbyes, a hang probe, a hang verdict). torch's rendezvous and the workers' own process-group stores use their own
 prefixes on the same store (the rendezvous: ``torch.rendezvous.<run id>``).
 """
 
@@ -45,7 +43,6 @@ PREFIX = "meshrun/"
 RUN_ID = PREFIX + "run_id"
 NNODES = PREFIX + "nnodes"
 JOINED = PREFIX + "joined"
-GOODBYES = PREFIX + "goodbyes"  # how many nodes have written done/<node>
 ENDED = PREFIX + "ended"        # how many nodes' workers are over (failed, finished, stopped)
 WATCH = PREFIX + "watch"
 WORKER_STORE = PREFIX + "worker_store"
@@ -64,10 +61,6 @@ def heartbeat_key(node: int) -> str:
     return f"{PREFIX}hb/{node}"
 
 
-def done_key(node: int) -> str:
-    return f"{PREFIX}done/{node}"
-
-
 def progress_key(rank: int | str) -> str:
     return f"{PREFIX}progress/{rank}"
 
@@ -80,16 +73,8 @@ def offset_key(node: int) -> str:
     return f"{PREFLIGHT}offset/{node}"
 
 
-def hang_probe_key(gen: int) -> str:
-    return f"{PREFIX}hang_probe/{gen}"
-
-
 def stuck_key(gen: int, node: int) -> str:
     return f"{PREFIX}stuck/{gen}/{node}"
-
-
-def hang_key(gen: int) -> str:
-    return f"{PREFIX}hang/{gen}"
 
 
 def hang_seen_key(gen: int) -> str:
@@ -195,21 +180,49 @@ class HangVerdict:
 
 
 @dataclass(frozen=True)
+class Heartbeat:
+    """A node's heartbeat: its beat number, and at its end its goodbye (a ``Goodbye``
+    value: done, failed, stopped), so that node 0 reads every beat and every goodbye in one
+    call: ``"<beat>"`` or ``"<beat> <goodbye>"``."""
+
+    beat: int
+    goodbye: str = ""
+
+    def encode(self) -> str:
+        return f"{self.beat} {self.goodbye}".rstrip()
+
+    @classmethod
+    def decode(cls, raw: bytes | str) -> Heartbeat:
+        beat, _, goodbye = text(raw).partition(" ")
+        return cls(int(beat), goodbye.strip())
+
+
+@dataclass(frozen=True)
 class Watch:
     """What node 0's watchdog publishes every beat, for every other node to read in one call:
-    its own beat number (node 0 is alive while it changes), the nodes it found lost (node,
-    seconds silent), and every goodbye it has read (node -> Goodbye value)."""
+    its own beat number (node 0's watchdog is alive while it changes), the nodes it found lost
+    (node, seconds silent), every goodbye it has read (node -> Goodbye value), and the hang
+    in hand: the generation ``gen``, ``probe`` (every node: dump your workers' stacks and
+    answer under ``stuck/<gen>/<node>``) and node 0's ``verdict`` once it has one."""
 
     beat: int
     lost: tuple[tuple[int, float], ...] = ()
     goodbyes: dict[int, str] = field(default_factory=dict)
+    gen: int = 0
+    probe: bool = False
+    verdict: HangVerdict | None = None
 
     def encode(self) -> str:
         return json.dumps({"beat": self.beat, "lost": [list(x) for x in self.lost],
-                           "goodbyes": {str(k): v for k, v in self.goodbyes.items()}})
+                           "goodbyes": {str(k): v for k, v in self.goodbyes.items()},
+                           "gen": self.gen, "probe": self.probe,
+                           "verdict": self.verdict.encode() if self.verdict else None})
 
     @classmethod
     def decode(cls, raw: bytes | str) -> Watch:
         data = json.loads(text(raw))
+        verdict = data.get("verdict")
         return cls(int(data["beat"]), tuple((int(n), float(s)) for n, s in data["lost"]),
-                   {int(k): str(v) for k, v in data.get("goodbyes", {}).items()})
+                   {int(k): str(v) for k, v in data.get("goodbyes", {}).items()},
+                   int(data.get("gen", 0)), bool(data.get("probe")),
+                   HangVerdict.decode(verdict) if verdict else None)

@@ -129,86 +129,171 @@ def test_shut_connections_wakes_a_reader_whose_peer_went_silent():
         s.close()
 
 
-# --- the watchdog's loop against a real TCPStore in this process ---------------------------
+# --- the watchdogs' loop against a real TCPStore in this process ----------------------------
 
-def _store_and_dog(**kw):
+def _job(nnodes: int = 2, **kw):
+    """A store set up as meshrun's join leaves it, and one watchdog per node (not started)."""
     from datetime import timedelta
 
     from torch.distributed import TCPStore
 
+    from meshrun import protocol
     from meshrun.runtime.watchdog import Watchdog
 
     master = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
                       timeout=timedelta(seconds=5))
-    events: list = []
-    dog = Watchdog(host="127.0.0.1", port=master.port, node_rank=1, nnodes=2, world_size=2,
-                   hosts={0: "h0", 1: "h1"}, node_timeout=kw.pop("node_timeout", 3.0),
-                   hang_timeout=0, interval=0.2, on_event=events.append, **kw)
-    return master, dog, events
+    master.set(protocol.WATCH, protocol.Watch(0).encode())
+    for node in range(nnodes):
+        master.set(protocol.heartbeat_key(node), protocol.Heartbeat(0).encode())
+    events: dict[int, list] = {n: [] for n in range(nnodes)}
+    dogs = [Watchdog(host="127.0.0.1", port=master.port, node_rank=n, nnodes=nnodes,
+                     world_size=nnodes, hosts={r: f"h{r}" for r in range(nnodes)},
+                     node_timeout=kw.get("node_timeout", 3.0), hang_timeout=0, interval=0.2,
+                     on_event=events[n].append) for n in range(nnodes)]
+    return master, dogs, events
 
 
-def _beat(master, seconds: float) -> None:
-    """Node 0's heartbeat, from the test, for ``seconds``."""
-    end, n = time.monotonic() + seconds, 0
+def _wait(predicate, seconds: float) -> bool:
+    end = time.monotonic() + seconds
     while time.monotonic() < end:
-        n += 1
-        master.set("meshrun/hb/0", str(n))
-        time.sleep(0.1)
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
 
 
 def test_watchdog_connects_again_when_its_first_try_failed(monkeypatch):
+    from meshrun import protocol
     from meshrun.runtime.watchdog import Watchdog
 
-    master, dog, events = _store_and_dog()
+    master, (dog0, dog1), events = _job()
     real, tries = Watchdog._connect, []
 
     def flaky(self):
-        tries.append(1)
-        return None if len(tries) == 1 else real(self)
+        if self.node_rank == 1:
+            tries.append(1)
+            if len(tries) == 1:
+                return None
+        return real(self)
 
     monkeypatch.setattr(Watchdog, "_connect", flaky)
-    dog.start()
-    _beat(master, 1.5)
-    assert len(tries) >= 2 and master.check(["meshrun/hb/1"])  # it beats: it reconnected
-    assert events == [] and dog.event is None
-    dog.stop("done")
-    assert master.get("meshrun/done/1") == b"done" and master.add("meshrun/goodbyes", 0) == 1
+    dog0.start()
+    dog1.start()
+    beat = lambda: protocol.Heartbeat.decode(master.get(protocol.heartbeat_key(1))).beat  # noqa: E731
+    assert _wait(lambda: beat() >= 3, 5)       # it beats: it reconnected
+    assert len(tries) >= 2 and events == {0: [], 1: []}
+    dog1.stop("done")
+    assert protocol.Heartbeat.decode(master.get(protocol.heartbeat_key(1))).goodbye == "done"
+    assert _wait(lambda: dog0.goodbyes.get(1) == "done", 3)  # node 0 read the goodbye
+    dog0.stop("done")
+    assert events == {0: [], 1: []}
 
 
-def test_watchdog_stops_its_node_when_another_node_failed():
-    master, dog, events = _store_and_dog()
-    dog.start()
-    _beat(master, 0.5)
-    master.set("meshrun/done/0", "failed")     # node 0's goodbye after its workers failed
-    master.add("meshrun/goodbyes", 1)          # ... and its count, as Watchdog.stop() does
-    _beat(master, 1.0)
-    dog.stop("failed")
-    assert [e.kind for e in events] == ["peer-failed"]
-    assert events[0].node == 0 and events[0].line.startswith(
-        "meshrun: node 0 (h0) failed and ends the job: stopping node 1's workers")
+def test_a_node_that_failed_stops_the_others_through_node_0():
+    master, dogs, events = _job(3)
+    for dog in dogs:
+        dog.start()
+    time.sleep(0.6)
+    dogs[2].stop("failed")                     # node 2's own workers failed
+    assert _wait(lambda: events[1] and events[0], 5)
+    for node in (0, 1):
+        assert [e.kind for e in events[node]] == ["peer-failed"] and events[node][0].node == 2
+    assert events[1][0].line.startswith(
+        "meshrun: node 2 (h2) failed and ends the job: stopping node 1's workers")
+    dogs[1].stop("stopped")
+    dogs[0].stop("stopped")
+
+
+def test_node_0_failing_reaches_the_others_before_its_store_closes():
+    master, (dog0, dog1), events = _job()
+    dog0.start()
+    dog1.start()
+    time.sleep(0.6)
+    dog0.stop("failed")                        # keeps the store up for two beats
+    assert _wait(lambda: events[1], 3)
+    assert [e.kind for e in events[1]] == ["peer-failed"] and events[1][0].node == 0
+    dog1.stop("stopped")
 
 
 def test_watchdog_after_a_local_failure_leaves_another_node_failure_alone():
-    master, dog, events = _store_and_dog()
-    dog.start()
-    dog.suspect(5.0)                           # this node's own workers failed first
-    master.set("meshrun/done/0", "failed")
-    master.add("meshrun/goodbyes", 1)
-    _beat(master, 1.0)
-    dog.stop("failed")
-    assert events == []                        # its own failure is the story, not node 0's
+    master, (dog0, dog1), events = _job()
+    dog0.start()
+    dog1.start()
+    dog1.suspect(5.0)                          # this node's own workers failed first
+    time.sleep(0.4)
+    dog0.stop("failed")
+    time.sleep(1.0)
+    dog1.stop("failed")
+    assert events[1] == []                     # its own failure is the story, not node 0's
+
+
+def test_a_silent_node_is_named_by_node_0_and_by_every_other_node():
+    from meshrun import protocol
+
+    master, dogs, events = _job(3, node_timeout=1.0)
+    dogs[0].start()
+    dogs[1].start()                            # node 2 never beats after joining
+    assert _wait(lambda: events[0] and events[1], 5)
+    for node in (0, 1):
+        assert [(e.kind, e.node) for e in events[node]] == [("node-lost", 2)]
+        assert events[node][0].line.startswith("meshrun: node 2 (h2) is lost: last heartbeat")
+    watch = protocol.Watch.decode(master.get(protocol.WATCH))
+    assert [n for n, _ in watch.lost] == [2]
+    dogs[1].stop("stopped")
+    dogs[0].stop("stopped")
+
+
+def test_a_frozen_node_0_watchdog_is_named_by_the_others():
+    master, (dog0, dog1), events = _job(node_timeout=1.0)
+    dog1.start()                               # node 0's watch never changes
+    assert _wait(lambda: events[1], 5)
+    assert [(e.kind, e.node) for e in events[1]] == [("node-lost", 0)]
+    assert "which hosts the job's store, is lost" in events[1][0].line
+    dog1.stop("stopped")
 
 
 def test_ended_counts_each_node_once_and_all_ended_needs_every_node():
     """Every node counts itself in meshrun/ended when its workers end (failed, done or
     stopped): once all have, none was lost, and a failed node need not wait for a silence."""
-    master, dog, events = _store_and_dog()
-    dog.start()
-    _beat(master, 0.3)
-    dog.mark_ended()
-    dog.mark_ended()                           # a second call (stop() after a failure) is no-op
-    assert master.add("meshrun/ended", 0) == 1 and not dog.all_ended()
-    master.add("meshrun/ended", 1)             # node 0's workers end too
-    assert dog.all_ended()
-    dog.stop("failed")
-    assert master.add("meshrun/ended", 0) == 2 and events == []
+    master, (dog0, dog1), events = _job()
+    dog0.start()
+    dog1.start()
+    time.sleep(0.3)
+    dog1.mark_ended()
+    dog1.mark_ended()                          # a second call (stop() after a failure) is no-op
+    assert master.add("meshrun/ended", 0) == 1 and not dog1.all_ended()
+    dog0.mark_ended()                          # node 0's workers end too
+    assert dog1.all_ended()
+    dog1.stop("failed")
+    dog0.stop("stopped")
+    assert master.add("meshrun/ended", 0) == 2
+
+
+def test_node_0_store_load_per_beat_grows_linearly():
+    """Node 0's store serves two calls a beat per other node plus a constant: count them."""
+    from meshrun.runtime import store as store_module
+
+    counts: dict[int, int] = {}
+    real = store_module.BoundedStore._call
+
+    def counting(self, name, *args, **kw):
+        key = id(self)
+        counts[key] = counts.get(key, 0) + 1
+        return real(self, name, *args, **kw)
+
+    for nnodes in (2, 6):
+        counts.clear()
+        store_module.BoundedStore._call = counting
+        try:
+            master, dogs, events = _job(nnodes)
+            for dog in dogs:
+                dog.start()
+            time.sleep(2.1)                    # about ten beats of 0.2 s
+            beats = {d.node_rank: d._beat for d in dogs}
+            for dog in dogs:
+                dog.stop("done")
+        finally:
+            store_module.BoundedStore._call = real
+        per_beat = sum(counts.values()) / max(1, min(beats.values()))
+        assert per_beat <= 2 * (nnodes - 1) + 2 + 3 * nnodes / min(beats.values()) + 1, \
+            (nnodes, per_beat, beats)

@@ -125,6 +125,11 @@ def _resolve(plan: LaunchPlan, deadline: float, clock: Callable[[], float]) -> N
 def _claim_run(store: Any, plan: LaunchPlan) -> None:
     store.set(protocol.RUN_ID, plan.run_id)
     store.set(protocol.NNODES, str(plan.nnodes))
+    # Every key the watchdogs read in one call exists from the start: node 0's watch, and
+    # every rank's progress (empty until the rank reports).
+    store.set(protocol.WATCH, protocol.Watch(0).encode())
+    ranks = range(plan.world_size)
+    store.multi_set([protocol.progress_key(r) for r in ranks], [""] * len(ranks))
 
 
 def _check_run(store: Any, plan: LaunchPlan, where: str) -> None:
@@ -156,6 +161,7 @@ def join(job: JobStore, plan: LaunchPlan, *, clock: Callable[[], float] = time.m
             f"{protocol.NodeClaim.decode(holder).who()}: two nodes "
             "were given the same rank", code="duplicate-node-rank", subject="--node-rank",
             hint="give every node its own rank 0..N-1 (check NODE_RANK/RANK on each node)")
+    store.set(protocol.heartbeat_key(plan.node_rank), protocol.Heartbeat(0).encode())
     joined = store.add(protocol.JOINED, 1)
     where = join_host_port(plan.master_addr, job.port)
     if plan.nnodes == 1:
@@ -266,16 +272,22 @@ class BoundedStore:
             self._stuck.clear()
             done.set()
 
-    def _call(self, name: str, *args: Any) -> Any:
+    @property
+    def stuck(self) -> bool:
+        """A call timed out and has not returned yet: every call fails at once until it does."""
+        return self._stuck.is_set()
+
+    def _call(self, name: str, *args: Any, timeout: float | None = None) -> Any:
         if self._stuck.is_set():
             raise TimeoutError(f"an earlier store call has not returned; {name} not sent")
         box: dict[str, Any] = {}
         done = threading.Event()
+        limit = self.timeout if timeout is None else timeout
         self._requests.put((lambda: getattr(self._store, name)(*args), box, done))
-        if not done.wait(self.timeout):
+        if not done.wait(limit):
             self._stuck.set()
             done.set()  # withdraws this request if it has not started
-            raise TimeoutError(f"store {name} did not return within {self.timeout:.0f} s")
+            raise TimeoutError(f"store {name} did not return within {limit:.0f} s")
         if "error" in box:
             raise box["error"]
         return box.get("value")
@@ -294,6 +306,16 @@ class BoundedStore:
 
     def multi_get(self, keys: list[str]) -> list[bytes]:
         return self._call("multi_get", keys)
+
+    def multi_set(self, keys: list[str], values: list[str]) -> None:
+        self._call("multi_set", keys, values)
+
+    def compare_set(self, key: str, expected: str, desired: str) -> bytes:
+        return self._call("compare_set", key, expected, desired)
+
+    def wait(self, keys: list[str], timeout: timedelta) -> None:
+        """torch's ``wait`` (it raises when ``timeout`` passes), given one more second here."""
+        self._call("wait", keys, timeout, timeout=timeout.total_seconds() + 1.0)
 
 
 def shut_connections(port: int, addresses: Sequence[str] = ()) -> int:

@@ -1,39 +1,42 @@
-"""Heartbeats, node loss and hang detection, over the job's store.
+"""Heartbeats, node loss and hang detection, over the job's store: O(N) work on node 0.
 
-Every node's agent runs one :class:`Watchdog` thread beside torch's elastic agent.
-It has its own client connection to the job's store (short timeouts, so a dead
-or frozen store host cannot block it) and, every ``interval`` seconds:
+Every node's agent runs one :class:`Watchdog` thread beside torch's elastic agent, with
+its own client connection to the job's store (every call bounded: a dead or frozen store
+host cannot block it). Every ``interval`` seconds:
 
-- bumps ``meshrun/hb/<node>`` (its heartbeat) and reads everyone's. A node whose
-  heartbeat has not changed for ``node_timeout`` seconds, measured on this
-  node's own monotonic clock (so clock skew does not matter), and that has not
-  said goodbye (``meshrun/done/<node>``), is **lost**;
-- when the store itself stops answering for ``node_timeout`` seconds, node 0 —
-  which hosts it — is lost, and the survivors say so;
-- reads the workers' progress (``meshrun/progress/<rank>``, written
-  by :func:`meshrun.progress`). Once any rank has reported progress, no rank
-  advancing for ``hang_timeout`` seconds is a **hang**: node 0 asks every node
-  to probe its workers (``hang_probe/<g>``); each dumps their Python stacks
-  (SIGUSR1 -> ``stacks/rank<R>.txt``), looks at their process state and
-  answers with the suspicious ranks and the restarts its agent has left
-  (``stuck/<g>/<node>``); node 0 names the stuck ranks (those behind the
-  others; when all report the same step, the ones whose process is stopped or
-  did not answer the stack dump) and publishes the verdict ``hang/<g>``, with
-  ``restart`` true when every node still has a restart left.
+- every node other than 0 writes its heartbeat (``meshrun/hb/<node>``) and reads node 0's
+  **watch** (``meshrun/watch``, :class:`~meshrun.protocol.Watch`): two calls a beat;
+- node 0 reads every heartbeat in one call and publishes one watch: its own beat, the nodes
+  it found lost, the goodbyes it read, and the hang in hand. So node 0's store serves
+  2 (N - 1) + 2 calls a beat, not N x N.
 
-Every node acts on the same verdict. Without restarts it records the event
-(:attr:`Watchdog.event`) and its ``on_event`` stops the job: SIGTERM to its
-own process, which torch's agent turns into an orderly shutdown of the
-workers. With restarts it kills only the workers it probed (the hung
-attempt's), so each node's elastic agent sees a failure and restarts them
-through the rendezvous; the watchdog keeps running, appends the event to
-:attr:`Watchdog.restarts`, and judges the next attempt afresh: the hang keys
-are keyed by a generation ``<g>`` (the number of hangs handled so far, the
-same on every node), and progress values left by the hung attempt do not
-count until a rank of the new attempt reports.
+A node whose heartbeat has not changed for ``node_timeout`` seconds (measured on node 0's
+own monotonic clock, so clock skew does not matter) and that has not said goodbye is
+**lost**: node 0 names it in the watch and every node stops with the same line. Node 0
+itself is lost when its watch stops changing for ``node_timeout`` (its agent froze) or its
+store stops answering (its host died or was cut off): every other node sees that on its own.
+A node's goodbye (``done``, ``failed``, ``stopped``: :class:`~meshrun.runtime.events.Goodbye`)
+rides in its last heartbeat; a ``failed`` one is the ``peer-failed`` event for the others.
 
-The one-line messages are :func:`node_lost_line` and :func:`hang_line`;
-``meshrun diagnose`` recognises them.
+Hangs: node 0 reads the workers' progress (``meshrun/progress/<rank>``, written by
+:func:`meshrun.progress`) in one call a beat. Once any rank has reported progress, no rank
+advancing for ``hang_timeout`` seconds is a **hang**: node 0 sets ``probe`` in the watch;
+every node dumps its workers' Python stacks (SIGUSR1 -> ``stacks/rank<R>.txt``) and reads
+their process state on a separate thread (the beats go on meanwhile) and answers with the
+suspicious ranks and the restarts its agent has left (``stuck/<g>/<node>``); node 0 names
+the stuck ranks (those behind the others; when all report the same step, the ones whose
+process is stopped or did not answer the stack dump) and puts its verdict in the watch,
+with ``restart`` true when every node still has a restart left. Every node acts on that
+verdict: without restarts it records the event (:attr:`Watchdog.event`) and its
+``on_event`` stops the job (SIGTERM to its own process, which torch's agent turns into an
+orderly shutdown of the workers); with restarts it kills only the workers it probed, so
+each node's agent restarts them through the rendezvous, appends the event to
+:attr:`Watchdog.restarts` and judges the next attempt afresh: the hang keys carry a
+generation ``<g>`` (hangs handled so far, the same on every node), and progress left by the
+hung attempt does not count until a rank of the new attempt reports.
+
+The one-line messages are :func:`~meshrun.runtime.events.node_lost_line` and
+:func:`~meshrun.runtime.events.hang_line`; ``meshrun diagnose`` recognises them.
 """
 
 from __future__ import annotations
@@ -69,6 +72,10 @@ def _size(path: str) -> int:
         return 0
 
 
+
+_PROBE_WAIT_S = 6.5  # how long node 0 waits for every node's probe (a stack dump takes 1.5 s)
+
+
 class Watchdog(threading.Thread):
     def __init__(self, *, host: str, port: int, node_rank: int, nnodes: int, world_size: int,
                  hosts: Mapping[int, str], node_timeout: float, hang_timeout: float,
@@ -87,44 +94,66 @@ class Watchdog(threading.Thread):
         self.log_dir = log_dir              # the run's log folder (stacks/ go there)
         self.event: Event | None = None  # the event that stops the job
         self.restarts: list[Event] = []  # hangs handled by restarting the workers
+        self.goodbyes: dict[int, Goodbye | str] = {}  # node -> its goodbye (Goodbye.read)
         self._halt = threading.Event()
-        self._store: Any = None
+        self._lock = threading.Lock()    # guards _store: the agent's thread reads it too
+        self._store: BoundedStore | None = None
         self._patience = max(2.0, interval * 3)  # how long one store call may take
+        self._beat = 0
+        self._local_failure = False      # this node's workers failed (see suspect())
+        self._ended = False              # this node counted itself in ENDED
+        # node 0: every node's last heartbeat value and when it changed
+        self._seen: dict[int, tuple[str, float]] = {}
+        self._lost: list[tuple[int, float]] = []
+        # the others: node 0's last watch and when its beat changed
+        self._watch: protocol.Watch | None = None
+        self._watch_at = 0.0
+        # hangs
         self._gen = 0                    # hangs handled so far (the same on every node)
         self._probed: dict[int, int] = {}  # rank -> pid probed for the current generation
         self._probed_gen = -1
-        self._stale: dict[int, bytes] = {}  # progress values left by the hung attempt
-        self.goodbyes: dict[int, Goodbye | str] = {}  # node -> its goodbye (Goodbye.read)
-        self._local_failure = False      # this node's workers failed (see suspect())
-        self._ended = False              # this node counted itself in ENDED
+        self._probe_thread: threading.Thread | None = None
+        self._acted_gen = -1             # the generation whose verdict this node acted on
+        self._stale: dict[int, str] = {}  # progress values left by the hung attempt
+        self._progress_seen: dict[int, tuple[str, float]] = {}
+        self._hang: dict[str, Any] | None = None  # node 0: the hang in hand
+        self._present: set[str] = set()  # key groups known to exist (multi_get is safe)
 
     # -- lifecycle --------------------------------------------------------------------------
     def stop(self, status: Goodbye = Goodbye.DONE) -> None:
-        """Say goodbye (so others do not count this node as lost), stop the thread and close
-        the store connection, saying ``status`` (:class:`Goodbye`): on STOPPED the others act on
-        their own evidence.
+        """Say goodbye in this node's last heartbeat (so node 0 does not count it as lost),
+        stop the thread and close the store connection. ``status``: a :class:`Goodbye`; on
+        STOPPED the others act on their own evidence.
 
-        Waits for the thread and its store calls (bounded by the store's patience): a
-        daemon thread still inside a C++ store call when the interpreter exits aborts the
-        process ("terminate called without an active exception")."""
+        The thread is joined (bounded by one beat and one call): a daemon thread still inside
+        a C++ store call when the interpreter exits aborts the process ("terminate called
+        without an active exception"). When the watchdog's connection is broken or stuck,
+        the goodbye goes over a fresh one."""
         self._halt.set()
         if self.is_alive() and threading.current_thread() is not self:
             self.join(self.interval + self._patience + 1.0)
-        store = self._store
+        self.mark_ended()
+        store = self._usable_store()
         if store is None:
             return
-        self.mark_ended()
         try:
-            store.set(protocol.done_key(self.node_rank), Goodbye(status).value)
-            store.add(protocol.GOODBYES, 1)  # after the status: a reader that sees the count sees it
-            if self.node_rank == 0 and status == Goodbye.FAILED and self.nnodes > 1:
-                # Node 0 hosts the store: keep it up for two beats, so the others read that
-                # node 0 failed (and stop) instead of finding its store gone (node lost).
-                until = time.monotonic() + 2 * self.interval + 0.5
-                while time.monotonic() < until and not self.others_done():
-                    time.sleep(0.1)
+            goodbye = Goodbye(status).value
+            store.set(protocol.heartbeat_key(self.node_rank),
+                      protocol.Heartbeat(self._beat + 1, goodbye).encode())
+            if self.node_rank == 0:
+                self.goodbyes[0] = Goodbye(status)
+                self._publish(store, time.monotonic())
+                if (status == Goodbye.FAILED or self.event is not None) and self.nnodes > 1:
+                    # Node 0 hosts the store: keep it up for two beats, so the others read
+                    # that node 0 failed, or its verdict (a lost node, a hang), and stop for
+                    # that reason instead of finding its store gone.
+                    until = time.monotonic() + 2 * self.interval + 0.5
+                    while time.monotonic() < until and not self._everyone_said_goodbye(store):
+                        time.sleep(0.1)
         except Exception:  # noqa: BLE001, S110 - the store may be gone; nothing to tell then
             pass
+        with self._lock:
+            self._store = None
         store.close(self._patience)
 
     def suspect(self, seconds: float) -> None:
@@ -136,33 +165,21 @@ class Watchdog(threading.Thread):
         self._local_failure = True  # a failed node of its own: another's failure is no news
 
     def run(self) -> None:
-        self._store = self._connect()
-        beats = 0
-        seen: dict[int, tuple[bytes, float]] = {}
-        progress_seen: dict[int, tuple[bytes, float]] = {}
-        store_ok_at = time.monotonic()
-        started = time.monotonic()
+        self._set_store(self._connect())
+        started = store_ok_at = self._watch_at = time.monotonic()
         while not self._halt.wait(self.interval):
             now = time.monotonic()
+            store = self._store
             try:
-                if self._store is None:
-                    self._store = self._connect()  # the first try failed, or the last broke
-                if self._store is None:
+                if store is None:
+                    store = self._set_store(self._connect())  # the first try failed, or broke
+                if store is None:
                     raise ConnectionError("no store connection")
-                beats += 1
-                self._store.set(protocol.heartbeat_key(self.node_rank), str(beats))
-                keys = [protocol.heartbeat_key(r) for r in range(self.nnodes)]
-                values = self._store.multi_get(keys) if self._all_set(keys) else [
-                    self._get_or_empty(k) for k in keys]
-                # One call a beat while nobody said goodbye (not one per node: N nodes
-                # would make N x N calls a second on node 0's store).
-                said = int(self._store.add(protocol.GOODBYES, 0))
-                if said != len(self.goodbyes):
-                    for r in range(self.nnodes):
-                        if r not in self.goodbyes and self._store.check([protocol.done_key(r)]):
-                            self.goodbyes[r] = Goodbye.read(
-                                self._store.get(protocol.done_key(r)))
-                done = set(self.goodbyes)
+                self._beat += 1
+                if self.node_rank == 0:
+                    event = self._judge(store, now, started)
+                else:
+                    event = self._member(store, now)
                 store_ok_at = now
             except Exception:  # noqa: BLE001 - the store host is gone or frozen
                 now = time.monotonic()  # the failed calls may have taken seconds
@@ -177,110 +194,175 @@ class Watchdog(threading.Thread):
                     return
                 self._drop_store()  # a broken connection: a fresh one on the next beat
                 continue
-            failed = sorted(r for r, status in self.goodbyes.items()
-                            if status == Goodbye.FAILED and r != self.node_rank)
-            if failed and not self._local_failure:
-                self._fire(Event(EventKind.PEER_FAILED, peer_failed_line(
-                    failed[0], self.hosts.get(failed[0], "?"), self.node_rank), node=failed[0]))
+            if event is not None:
+                self._fire(event)
                 return
-            for rank, value in enumerate(values):
-                if rank not in seen or seen[rank][0] != value:
-                    seen[rank] = (value, now)
-            for rank in range(self.nnodes):
-                age = now - seen.get(rank, (b"", started))[1]
-                if rank != self.node_rank and rank not in done and age >= self._limit:
-                    self._fire(Event(EventKind.NODE_LOST, node_lost_line(
-                        rank, self.hosts.get(rank, "?"), age, store_host=rank == 0),
-                        node=rank))
-                    return
-            try:
-                if self.hang_timeout > 0 and self._check_hang(now, progress_seen):
-                    return
-            except Exception:  # noqa: BLE001, S112 - the store broke mid-check: the next beat says so
-                continue
 
-    # -- hangs ------------------------------------------------------------------------------
-    def _check_hang(self, now: float, progress_seen: dict[int, tuple[bytes, float]]) -> bool:
-        """Node 0 watches progress; on a hang every node probes its own workers (stack dump,
-        process state) and node 0 names the stuck ranks. True when the job stops."""
-        store = self._store
-        gen = self._gen  # each handled hang gets fresh keys
-        if store.check([protocol.hang_key(gen)]):
-            verdict = protocol.HangVerdict.decode(store.get(protocol.hang_key(gen)))
-            pids = self._hung_pids()
-            store.add(protocol.hang_seen_key(gen), 1)
-            return self._verdict(verdict, pids, progress_seen)
-        if store.check([protocol.hang_probe_key(gen)]) and self._probed_gen != gen:
-            store.set(protocol.stuck_key(gen, self.node_rank), self._probe_local().encode())
-        if self.node_rank != 0:
-            return False
-        keys = [protocol.progress_key(r) for r in range(self.world_size)]
-        values = {r: self._get_or_empty(k) for r, k in enumerate(keys)}
-        # After a restart, what the hung attempt left counts as silence.
-        values = {r: b"" if v and self._stale.get(r) == v else v for r, v in values.items()}
-        if not any(values.values()):
-            return False  # nobody reports progress (yet): hang detection is off
-        for rank, value in values.items():
-            if value and (rank not in progress_seen or progress_seen[rank][0] != value):
-                progress_seen[rank] = (value, now)
-        last = max(at for _, at in progress_seen.values())
-        if now - last < self.hang_timeout:
-            return False
-        # Probe every node (including this one), then combine.
-        store.set(protocol.hang_probe_key(gen), "1")
-        store.set(protocol.stuck_key(gen, 0), self._probe_local().encode())
-        probes: dict[int, protocol.Probe] = {}
-        deadline = time.monotonic() + 5.0
-        while time.monotonic() < deadline and len(probes) < self.nnodes:
-            for node in range(self.nnodes):
-                key = protocol.stuck_key(gen, node)
-                if node not in probes and store.check([key]):
-                    probes[node] = protocol.Probe.decode(store.get(key))
-            time.sleep(0.1)
+    # -- node 0: read every heartbeat, publish one watch ------------------------------------
+    def _judge(self, store: BoundedStore, now: float, started: float) -> Event | None:
+        keys = [protocol.heartbeat_key(r) for r in range(1, self.nnodes)]
+        for rank, raw in zip(range(1, self.nnodes), self._read_all(store, keys)):
+            value = protocol.text(raw)
+            if value and (rank not in self._seen or self._seen[rank][0] != value):
+                self._seen[rank] = (value, now)
+                beat = protocol.Heartbeat.decode(value)
+                if beat.goodbye:
+                    self.goodbyes[rank] = Goodbye.read(beat.goodbye.encode())
+        if not self._lost:
+            for rank in range(1, self.nnodes):
+                age = now - self._seen.get(rank, ("", started))[1]
+                if rank not in self.goodbyes and age >= self._limit:
+                    self._lost.append((rank, age))
+        if self.hang_timeout > 0 and not self._lost:
+            self._judge_hang(store, now)
+        self._publish(store, now)
+        if self._lost:
+            rank, age = self._lost[0]
+            return Event(EventKind.NODE_LOST, node_lost_line(rank, self.hosts.get(rank, "?"),
+                                                             age), node=rank)
+        return self._peer_failed() or self._act_on_hang(store)
+
+    def _publish(self, store: BoundedStore, now: float) -> None:
+        hang = self._hang or {}
+        store.set(protocol.WATCH, protocol.Watch(
+            self._beat, tuple(self._lost), {r: str(g.value if isinstance(g, Goodbye) else g)
+                                            for r, g in self.goodbyes.items()},
+            self._gen, bool(hang), hang.get("verdict")).encode())
+
+    # -- every other node: beat, read node 0's watch ----------------------------------------
+    def _member(self, store: BoundedStore, now: float) -> Event | None:
+        store.set(protocol.heartbeat_key(self.node_rank),
+                  protocol.Heartbeat(self._beat).encode())
+        watch = protocol.Watch.decode(store.get(protocol.WATCH))
+        if self._watch is None or watch.beat != self._watch.beat:
+            self._watch_at = now
+        self._watch = watch
+        self.goodbyes = {r: Goodbye.read(g.encode()) for r, g in watch.goodbyes.items()}
+        if watch.lost:
+            rank, age = watch.lost[0]
+            return Event(EventKind.NODE_LOST, node_lost_line(
+                rank, self.hosts.get(rank, "?"), age), node=rank)
+        if 0 not in self.goodbyes and now - self._watch_at >= self._limit:
+            return Event(EventKind.NODE_LOST, node_lost_line(
+                0, self.hosts.get(0, "?"), now - self._watch_at, store_host=True), node=0)
+        event = self._peer_failed()
+        if event is not None or self.hang_timeout <= 0:
+            return event
+        if watch.gen == self._gen and watch.probe and self._probed_gen != self._gen:
+            self._start_probe(store)
+        if watch.gen == self._gen and watch.verdict is not None and self._acted_gen != self._gen:
+            self._acted_gen = self._gen
+            store.add(protocol.hang_seen_key(self._gen), 1)
+            return self._act(watch.verdict)
+        return None
+
+    def _peer_failed(self) -> Event | None:
+        failed = sorted(r for r, status in self.goodbyes.items()
+                        if status == Goodbye.FAILED and r != self.node_rank)
+        if failed and not self._local_failure:
+            return Event(EventKind.PEER_FAILED, peer_failed_line(
+                failed[0], self.hosts.get(failed[0], "?"), self.node_rank), node=failed[0])
+        return None
+
+    # -- hangs (node 0 judges; no step of it holds up a beat) -------------------------------
+    def _judge_hang(self, store: BoundedStore, now: float) -> None:
+        if self._hang is None:
+            keys = [protocol.progress_key(r) for r in range(self.world_size)]
+            values = {r: protocol.text(v) for r, v in enumerate(self._read_all(store, keys))}
+            # After a restart, what the hung attempt left counts as silence.
+            values = {r: "" if v and self._stale.get(r) == v else v for r, v in values.items()}
+            if not any(values.values()):
+                return  # nobody reports progress (yet): hang detection is off
+            for rank, value in values.items():
+                if value and (rank not in self._progress_seen
+                              or self._progress_seen[rank][0] != value):
+                    self._progress_seen[rank] = (value, now)
+            last = max(at for _, at in self._progress_seen.values())
+            if now - last >= self.hang_timeout:
+                self._hang = {"since": now, "stalled": now - last, "values": values,
+                              "verdict": None}
+                self._start_probe(store)
+            return
+        if self._hang["verdict"] is not None:
+            return
+        keys = [protocol.stuck_key(self._gen, n) for n in range(self.nnodes)]
+        everyone = store.check(keys)
+        if not everyone and now - self._hang["since"] < _PROBE_WAIT_S:
+            return
+        probes = {n: protocol.Probe.decode(raw) for n, raw in enumerate(store.multi_get(keys))} \
+            if everyone else {n: protocol.Probe.decode(store.get(k))
+                              for n, k in enumerate(keys) if store.check([k])}
+        values = self._hang["values"]
         flagged = sorted({r for found in probes.values() for r, _ in found.stuck})
         steps = {r: protocol.Progress.decode(v).step for r, v in values.items() if v}
         silent = [r for r, v in values.items() if not v]
         stuck = flagged or stuck_ranks(steps, silent=silent)
-        nproc = self.world_size // self.nnodes
-        who = [(r, r // nproc, self.hosts.get(r // nproc, "?")) for r in stuck]
-        restart = restart_verdict({n: p.restarts_left for n, p in probes.items()},
-                                  self.nnodes)
-        verdict = protocol.HangVerdict(hang_line(who, now - last), tuple(who), restart)
-        store.set(protocol.hang_key(gen), verdict.encode())
-        # Let every node read the verdict before this one (the store's host) may stop.
-        deadline = time.monotonic() + 3 * self.interval + 2.0
-        while store.add(protocol.hang_seen_key(gen), 0) < self.nnodes - 1 and \
-                time.monotonic() < deadline:
-            time.sleep(0.05)
-        return self._verdict(verdict, self._hung_pids(), progress_seen)
+        nproc = max(1, self.world_size // self.nnodes)
+        who = tuple((r, r // nproc, self.hosts.get(r // nproc, "?")) for r in stuck)
+        restart = restart_verdict({n: p.restarts_left for n, p in probes.items()}, self.nnodes)
+        stalled = self._hang["stalled"] + (now - self._hang["since"])
+        self._hang.update(verdict=protocol.HangVerdict(hang_line(list(who), stalled), who,
+                                                       restart), decided=now)
 
-    def _verdict(self, verdict: protocol.HangVerdict, pids: Mapping[int, int],
-                 progress_seen: dict[int, tuple[bytes, float]]) -> bool:
-        """Act on node 0's verdict: stop (True), or restart and start a new generation."""
+    def _act_on_hang(self, store: BoundedStore) -> Event | None:
+        """Node 0, once its verdict is out: act when every node has read it (or after a few
+        beats), so that node 0 (the store's host) does not stop before the others know."""
+        hang = self._hang
+        if not hang or hang["verdict"] is None:
+            return None
+        waited = time.monotonic() - hang["decided"]
+        if self.nnodes > 1 and waited < 3 * self.interval + 2.0 and \
+                store.add(protocol.hang_seen_key(self._gen), 0) < self.nnodes - 1:
+            return None
+        self._hang = None
+        self._acted_gen = self._gen
+        event = self._act(hang["verdict"])
+        if event is None:  # restarted: what the hung attempt left is stale
+            keys = [protocol.progress_key(r) for r in range(self.world_size)]
+            self._stale = {r: protocol.text(v) for r, v in enumerate(self._read_all(store, keys))}
+            self._publish(store, time.monotonic())
+        return event
+
+    def _act(self, verdict: protocol.HangVerdict) -> Event | None:
+        """Act on node 0's verdict: an event to stop on, or None after restarting the hung
+        attempt's workers (a new generation starts)."""
+        pids = self._hung_pids()
         event = Event(EventKind.HANG, verdict.line, stuck=[list(s) for s in verdict.stuck],
                       restart=verdict.restart, pids=tuple(sorted(pids.values())))
         if not event.restart:
-            self._fire(event)
-            return True
+            return event
         self.restarts.append(event)
         self.on_event(event)
         self._gen += 1
-        progress_seen.clear()
-        if self.node_rank == 0:
-            keys = [protocol.progress_key(r) for r in range(self.world_size)]
-            self._stale = {r: self._get_or_empty(k) for r, k in enumerate(keys)}
-        return False
+        self._progress_seen.clear()
+        return None
+
+    def _start_probe(self, store: BoundedStore) -> None:
+        """Probe this node's workers on a thread of its own (a stack dump takes 1.5 s; the
+        beats go on), then answer under ``stuck/<gen>/<node>``."""
+        gen = self._gen
+        self._probed_gen = gen
+        pids = dict(self.local_pids())
+        self._probed = pids
+
+        def probe() -> None:
+            found = self._probe_local(pids)
+            try:
+                store.set(protocol.stuck_key(gen, self.node_rank), found.encode())
+            except Exception:  # noqa: BLE001, S110 - the store broke: the beats will say so
+                pass
+
+        self._probe_thread = threading.Thread(target=probe, name="meshrun-probe", daemon=True)
+        self._probe_thread.start()
 
     def _hung_pids(self) -> dict[int, int]:
         """This node's workers of the hung attempt: the ones probed, else those alive now."""
         return dict(self._probed) if self._probed_gen == self._gen else dict(self.local_pids())
 
-    def _probe_local(self) -> protocol.Probe:
-        """Dump this node's workers' stacks. Returns the :class:`~meshrun.protocol.Probe`: the
-        ranks that look stuck (stopped (state T), not answering the dump, or not
-        inside a collective) and the restarts this node's agent has left."""
-        pids = dict(self.local_pids())
-        self._probed, self._probed_gen = pids, self._gen
+    def _probe_local(self, pids: Mapping[int, int]) -> protocol.Probe:
+        """Dump this node's workers' stacks: the ranks that look stuck (stopped (state T),
+        not answering the dump, or not inside a collective) and the restarts this node's
+        agent has left."""
         left = self.restarts_left() if pids else 0
         folder = self.log_dir
         sizes = {r: _size(os.path.join(folder, "stacks", f"rank{r}.txt")) for r in pids}
@@ -307,34 +389,51 @@ class Watchdog(threading.Thread):
                 out.append((rank, "not in a collective"))
         return protocol.Probe(tuple(out), left)
 
+    # -- the end of the workers -------------------------------------------------------------
     def mark_ended(self) -> None:
         """Count this node in ``meshrun/ended``: its workers are over (once per node)."""
-        if self._ended:
+        store = self._store
+        if self._ended or store is None:
             return
         try:
-            if self._store is not None:
-                self._store.add(protocol.ENDED, 1)
-                self._ended = True
+            store.add(protocol.ENDED, 1)
+            self._ended = True
         except Exception:  # noqa: BLE001, S110 - the store may be gone: nothing to count then
             pass
 
     def all_ended(self) -> bool:
         """Every node's workers are over (this node's included): none of them was lost, so a
         failure here is the workers' own and nobody needs to wait for a silent node."""
+        store = self._store
         try:
-            return self._store is not None and int(self._store.add(protocol.ENDED, 0)) >= self.nnodes
+            return store is not None and int(store.add(protocol.ENDED, 0)) >= self.nnodes
         except Exception:  # noqa: BLE001
             return False
 
     def others_done(self) -> bool:
-        """Every other node has said goodbye (finished or failed, but not lost)."""
-        try:
-            return self._store is not None and self._store.check(
-                [protocol.done_key(r) for r in range(self.nnodes) if r != self.node_rank])
-        except Exception:  # noqa: BLE001
-            return False
+        """Every other node has said goodbye (finished or failed, but not lost), as this
+        node's watchdog last read it (node 0: the heartbeats; the others: node 0's watch)."""
+        said = dict(self.goodbyes)
+        return all(r in said for r in range(self.nnodes) if r != self.node_rank)
+
+    def _everyone_said_goodbye(self, store: BoundedStore) -> bool:
+        """Node 0, its watchdog stopped: read the heartbeats itself."""
+        keys = [protocol.heartbeat_key(r) for r in range(1, self.nnodes)]
+        return all(protocol.Heartbeat.decode(raw).goodbye
+                   for raw in self._read_all(store, keys) if raw)
 
     # -- helpers ----------------------------------------------------------------------------
+    def _read_all(self, store: BoundedStore, keys: list[str]) -> list[bytes]:
+        """The values of ``keys`` in one call once all exist (every heartbeat does from the
+        join on), else one check and a get per key that exists (b"" for the others)."""
+        group = keys[0] if keys else ""
+        if not keys:
+            return []
+        if group in self._present or store.check(keys):
+            self._present.add(group)
+            return store.multi_get(keys)
+        return [store.get(k) if store.check([k]) else b"" for k in keys]
+
     def _connect(self) -> BoundedStore | None:
         """A client of the job's store, every call bounded; None when it cannot be had now."""
         import socket
@@ -352,8 +451,23 @@ class Watchdog(threading.Thread):
         except Exception:  # noqa: BLE001
             return None
 
+    def _set_store(self, store: BoundedStore | None) -> BoundedStore | None:
+        with self._lock:
+            self._store = store
+        return store
+
+    def _usable_store(self) -> BoundedStore | None:
+        """The watchdog's connection, or a fresh one when it is gone or stuck in a call."""
+        with self._lock:
+            store = self._store
+        if store is not None and not store.stuck:
+            return store
+        self._drop_store()
+        return self._set_store(self._connect())
+
     def _drop_store(self) -> None:
-        store, self._store = self._store, None
+        with self._lock:
+            store, self._store = self._store, None
         if store is not None:
             try:
                 store.close(0.5)
@@ -364,9 +478,3 @@ class Watchdog(threading.Thread):
         """A job-stopping event: record it, then let ``on_event`` stop the workers."""
         self.event = event
         self.on_event(event)
-
-    def _all_set(self, keys: list[str]) -> bool:
-        return self._store.check(keys)
-
-    def _get_or_empty(self, key: str) -> bytes:
-        return self._store.get(key) if self._store.check([key]) else b""
