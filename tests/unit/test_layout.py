@@ -22,6 +22,7 @@ ALLOWED = {
     "errors": set(),
     "redact": set(),
     "protocol": set(),
+    "sockets": set(),
     "topology": {"errors"},
     "facts": {"errors", "topology"},
     "job": {"errors", "recipes"},
@@ -30,9 +31,9 @@ ALLOWED = {
     "diagnose": {"errors", "redact"},
     "render": {"errors", "topology", "plan", "job"},
     "reports": {"errors", "redact", "plan", "diagnose", "runtime"},
-    "worker": {"errors", "job", "protocol"},
+    "worker": {"errors", "job", "protocol", "sockets"},
     "recipes": {"errors", "job", "worker"},
-    "runtime": {"errors", "redact", "protocol", "topology", "facts", "job", "nccl", "plan", "diagnose",
+    "runtime": {"errors", "redact", "protocol", "sockets", "topology", "facts", "job", "nccl", "plan", "diagnose",
                 "render", "reports", "recipes", "worker"},
     "cli": None,  # the top: anything
     "__init__": {"worker"},  # meshrun.init_distributed / meshrun.progress, on first use

@@ -16,7 +16,8 @@ from meshrun.runtime.events import (
     restart_verdict,
     stuck_ranks,
 )
-from meshrun.runtime.store import BoundedStore, shut_connections
+from meshrun.runtime.store import BoundedStore
+from meshrun.sockets import shut_connections
 
 
 @pytest.mark.parametrize("progress,stopped,silent,expected", [

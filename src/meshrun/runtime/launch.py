@@ -38,7 +38,14 @@ from .events import Goodbye
 from .logs import RANK_PREFIX, LogRouter, worker_logs_spec
 from .rendezvous import RDZV_BACKEND, register_backend
 from .store import JobStore, join, open_store, say, store_errors
-from .supervise import AGENT_RUNNING, Supervision, await_event, report_event, start_watchdog
+from .supervise import (
+    AGENT_RUNNING,
+    Supervision,
+    await_event,
+    node_hosts,
+    report_event,
+    start_watchdog,
+)
 
 STOPPED_BY_SIGNAL = threading.Event()  # the run was stopped from outside (not by meshrun)
 _STOP_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
@@ -148,12 +155,16 @@ def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
     started = time.monotonic()
     _quiet_agent_cpp_warnings()
     job = open_store(plan)
-    with store_errors(plan, job.port, "waiting for the other nodes to join"):
-        join(job, plan)
-    if preflight:
-        _preflight(job, plan, require_paths)
-    elif plan.nnodes > 1:
-        say("preflight skipped (--no-preflight)")
+    try:
+        with store_errors(plan, job.port, "waiting for the other nodes to join"):
+            join(job, plan)
+        if preflight:
+            _preflight(job, plan, require_paths)
+        elif plan.nnodes > 1:
+            say("preflight skipped (--no-preflight)")
+        hosts = node_hosts(job, plan)
+    finally:
+        job.close_calls()
     # torch's agent gives every worker a copy of this process's environment: the one place
     # meshrun writes it, once, with what the workers need (nothing here reads it back).
     os.environ.update(worker_environment(plan, job.port))
@@ -174,7 +185,7 @@ def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
     say(f"starting {_workers(plan.nproc_per_node)}: {ranks_phrase(plan.global_ranks)} of "
         f"{plan.world_size} "
         f"({time.monotonic() - started:.1f} s after start)")
-    dog = start_watchdog(job, plan, supervision, max_restarts)
+    dog = start_watchdog(job, plan, supervision, hosts, max_restarts)
     target = (["-m", plan.command.target] if plan.command.module
               else ["--", plan.command.target])
     status = Goodbye.FAILED
@@ -251,7 +262,7 @@ def _preflight(job: JobStore, plan: LaunchPlan, require_paths: tuple[str, ...]) 
     mine = preflight.fingerprint(plan, require_paths=require_paths, ib_devices=hcas,
                                  interface=env.get("GLOO_SOCKET_IFNAME", "").lstrip("="))
     with store_errors(plan, job.port, "comparing the nodes (preflight)"):
-        verdict = preflight.exchange(job.store, plan, mine,
+        verdict = preflight.exchange(job.calls, plan, mine,
                                      timeout_s=min(plan.join_timeout, 120))
     for warning in verdict.warnings:
         say(f"warning: {warning}")

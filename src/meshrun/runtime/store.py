@@ -22,7 +22,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Callable
@@ -33,13 +33,29 @@ from ..plan import LaunchPlan
 from ..topology.address import join_host_port
 
 _ATTEMPT_S = 5.0
+CALL_S = 15.0  # the longest one of meshrun's own calls may take (join, preflight, hosts)
 
 
 @dataclass
 class JobStore:
+    """The job's store: torch's client (``store``, for its rendezvous), and ``calls``, the
+    same connection with every call of meshrun's own bounded (:class:`BoundedStore`): a cut
+    link or a frozen store host never holds the join, the preflight exchange or the host
+    lookup past :data:`CALL_S` (or a ``wait``'s own timeout). :meth:`close_calls` when done."""
+
     store: Any  # torch.distributed.TCPStore
     port: int   # the real port (a free one when the plan said 0)
     hosting: bool
+    calls: Any = None
+
+    def __post_init__(self) -> None:
+        if self.calls is None:
+            self.calls = BoundedStore(self.store, CALL_S)
+
+    def close_calls(self) -> bool:
+        """End the calls' thread (False: a call is still stuck; the process must not wait
+        for it at exit: see meshrun.cli)."""
+        return self.calls.close(1.0)
 
 
 def say(message: str) -> None:
@@ -150,8 +166,8 @@ def _check_run(store: Any, plan: LaunchPlan, where: str) -> None:
 
 
 def join(job: JobStore, plan: LaunchPlan, *, clock: Callable[[], float] = time.monotonic) -> None:
-    """Claim this node's rank and wait until every node has joined."""
-    store = job.store
+    """Claim this node's rank and wait until every node has joined (every call bounded)."""
+    store = job.calls
     me = protocol.NodeClaim(plan.hostname, os.getpid(), uuid.uuid4().hex[:8]).encode()
     key = protocol.node_key(plan.node_rank)
     holder = protocol.text(store.compare_set(key, "", me))
@@ -316,46 +332,3 @@ class BoundedStore:
     def wait(self, keys: list[str], timeout: timedelta) -> None:
         """torch's ``wait`` (it raises when ``timeout`` passes), given one more second here."""
         self._call("wait", keys, timeout, timeout=timeout.total_seconds() + 1.0)
-
-
-def shut_connections(port: int, addresses: Sequence[str] = ()) -> int:
-    """Shut down (``shutdown(SHUT_RDWR)``) this process's TCP connections to ``port`` on one of
-    ``addresses`` (any address if empty); returns how many.
-
-    For a lost store host: torch's own clients of the job's store (the agent's rendezvous)
-    may be blocked in ``recv()`` on a connection whose peer vanished without closing it;
-    after the shutdown that ``recv()`` returns, torch raises, and the agent stops in order.
-    Linux only (reads ``/proc/self/fd``); elsewhere it does nothing."""
-    try:
-        fds = os.listdir("/proc/self/fd")
-    except OSError:
-        return 0
-    count = 0
-    for name in fds:
-        try:
-            if not os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
-                continue
-            sock = socket.socket(fileno=os.dup(int(name)))
-        except (OSError, ValueError):
-            continue
-        try:
-            if sock.type == socket.SOCK_STREAM and sock.family in (socket.AF_INET,
-                                                                   socket.AF_INET6):
-                host, peer_port = sock.getpeername()[:2]
-                host = host.removeprefix("::ffff:")  # IPv4 on a dual-stack socket
-                if peer_port == port and (not addresses or host in addresses):
-                    sock.shutdown(socket.SHUT_RDWR)
-                    count += 1
-        except OSError:
-            pass  # not connected
-        finally:
-            sock.close()  # closes the duplicate only
-    return count
-
-
-def resolve(host: str) -> tuple[str, ...]:
-    """The addresses ``host`` resolves to (itself if it does not resolve)."""
-    try:
-        return tuple({info[4][0] for info in socket.getaddrinfo(host, None)}) or (host,)
-    except OSError:
-        return (host,)

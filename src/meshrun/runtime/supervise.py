@@ -33,24 +33,27 @@ class Supervision:
     suspicion: float = 5.0       # after a local worker failure, a node silent this long is lost
 
 
+def node_hosts(job: JobStore, plan: LaunchPlan) -> dict[int, str]:
+    """node -> host name, from the claims of the join: one bounded call for all nodes."""
+    try:
+        claims = job.calls.multi_get([protocol.node_key(r) for r in range(plan.nnodes)])
+        return {r: protocol.NodeClaim.decode(raw).host for r, raw in enumerate(claims)}
+    except Exception:  # noqa: BLE001 - names are for messages only
+        return dict.fromkeys(range(plan.nnodes), "?")
+
+
 def start_watchdog(job: JobStore, plan: LaunchPlan, supervision: Supervision,
-                    max_restarts: int = 0):
+                   hosts: dict[int, str], max_restarts: int = 0):
     """Start this node's :class:`meshrun.runtime.watchdog.Watchdog` over the job's store.
 
     Its ``on_event`` prints the event's line, then either stops the job (SIGTERM to this
     process while torch's agent runs; stopped workers are SIGKILLed, they would ignore
     SIGTERM) or, for a hang with restarts left on every node, SIGKILLs the hung attempt's
     workers so the agent restarts them through the rendezvous."""
-    from .store import resolve, shut_connections
+    from ..sockets import resolve, shut_connections
     from .watchdog import Watchdog
 
     store_addresses = resolve(plan.master_addr)  # now: no DNS after the network is gone
-    hosts = {}
-    for rank in range(plan.nnodes):
-        try:
-            hosts[rank] = protocol.NodeClaim.decode(job.store.get(protocol.node_key(rank))).host
-        except Exception:  # noqa: BLE001
-            hosts[rank] = "?"
 
     def on_event(event) -> None:
         print(event.line, file=sys.stderr, flush=True)

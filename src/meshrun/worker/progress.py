@@ -1,46 +1,109 @@
 """``meshrun.progress(step)``: tell meshrun's watchdog that this rank is making progress.
 
-Call it once per training step (the recipes do). It writes
-``meshrun/progress/<RANK>`` = ``"<step> <time>"`` into the job's store (``MESHRUN_STORE``, set by
-meshrun for every worker)
-at most once per second, so its cost is one small network write per second.
-Outside meshrun (no ``MESHRUN_STORE``) it does nothing. When no rank ever
-calls it, meshrun's hang detection is off (it cannot tell a hang from a long
-step); node-loss detection works regardless.
+Call it once per training step (the recipes do). It never waits: it notes the step and
+returns; a writer thread of its own sends the newest step to the job's store
+(``meshrun/progress/<RANK>``, :class:`meshrun.protocol.Progress`; the store is
+``MESHRUN_STORE``, set by meshrun for every worker) at most once per second. A store that
+is slow, gone or cut off delays only that thread, never training: every call it makes is
+bounded (a 2 s store timeout), it reconnects at most every 5 s, and at exit it is given
+2 s to finish, then its connection is shut so that it ends (a thread left inside a C++
+call at interpreter exit would abort the process).
+
+Outside meshrun (no ``MESHRUN_STORE``) it does nothing. When no rank ever calls it,
+meshrun's hang detection is off (it cannot tell a hang from a long step); node-loss
+detection works regardless.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from datetime import timedelta
 from typing import Any
 
 from ..protocol import Progress, progress_key
 
-_state: dict[str, Any] = {"store": None, "last": 0.0, "off": False}
+_PERIOD_S = 1.0      # at most one write a second
+_TIMEOUT_S = 2.0     # every store call of the writer
+_RECONNECT_S = 5.0   # after a failure, the next connection attempt
+
+
+class _Writer:
+    def __init__(self, host: str, port: int, rank: str) -> None:
+        self.host, self.port, self.key = host, port, progress_key(rank)
+        self.newest: tuple[int, float] | None = None
+        self.wake = threading.Event()
+        self.halt = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="meshrun-progress", daemon=True)
+        self.thread.start()
+
+    def note(self, step: int) -> None:
+        self.newest = (step, time.time())  # one assignment: the training thread never waits
+        self.wake.set()
+
+    def _run(self) -> None:
+        store: Any = None
+        retry_at = 0.0
+        sent: tuple[int, float] | None = None
+        while not self.halt.is_set():
+            self.wake.wait(_PERIOD_S)
+            self.wake.clear()
+            newest = self.newest
+            if newest is None or newest == sent or time.monotonic() < retry_at:
+                continue
+            try:
+                if store is None:
+                    from torch.distributed import TCPStore
+
+                    store = TCPStore(self.host, self.port, is_master=False,
+                                     timeout=timedelta(seconds=_TIMEOUT_S),
+                                     wait_for_workers=False)
+                store.set(self.key, Progress(*newest).encode())
+                sent = newest
+            except Exception:  # noqa: BLE001 - progress reports must never break training
+                store, retry_at = None, time.monotonic() + _RECONNECT_S
+            if not self.halt.is_set():
+                self.halt.wait(_PERIOD_S)  # at most one write a second
+
+    def close(self) -> None:
+        """At exit: stop the thread; if a call of it is stuck, shut its connection."""
+        self.halt.set()
+        self.wake.set()
+        self.thread.join(_TIMEOUT_S)
+        if self.thread.is_alive():
+            from ..sockets import shut_connections
+
+            shut_connections(self.port, (self.host,))
+            self.thread.join(_TIMEOUT_S)
+
+
+_state: dict[str, Any] = {"writer": None, "off": False}
+_lock = threading.Lock()
 
 
 def progress(step: int) -> None:
     if _state["off"]:
         return
-    now = time.monotonic()
-    if now - _state["last"] < 1.0:
-        return
-    _state["last"] = now
-    try:
-        if _state["store"] is None:
-            where = os.environ.get("MESHRUN_STORE", "")
-            if not where or "RANK" not in os.environ:
-                _state["off"] = True
-                return
-            from torch.distributed import TCPStore
+    writer = _state["writer"]
+    if writer is None:
+        with _lock:
+            writer = _state["writer"]
+            if writer is None and not _state["off"]:
+                writer = _start()
+    if writer is not None:
+        writer.note(int(step))
 
-            host, _, port = where.rpartition(":")
-            _state["store"] = TCPStore(host, int(port),
-                                       is_master=False, timeout=timedelta(seconds=10),
-                                       wait_for_workers=False)
-        _state["store"].set(progress_key(os.environ["RANK"]),
-                            Progress(int(step), time.time()).encode())
-    except Exception:  # noqa: BLE001 - progress reports must never break training
-        _state["store"] = None
+
+def _start() -> _Writer | None:
+    where = os.environ.get("MESHRUN_STORE", "")
+    host, _, port = where.rpartition(":")
+    if not host or not port.isdigit() or "RANK" not in os.environ:
+        _state["off"] = True
+        return None
+    import atexit
+
+    writer = _Writer(host, int(port), os.environ["RANK"])
+    _state["writer"] = writer
+    atexit.register(writer.close)
+    return writer
