@@ -35,6 +35,9 @@ Rules
   complete checkpoints; remove incomplete folders older than the newest
   complete one (each removal is printed); keep incomplete folders newer than
   it (maybe still being written); never touch anything not named ``step-N``.
+* Rank 0's file work (preparing a save, choosing what to resume, pruning) runs
+  through :func:`_rank0_does`: whatever it raises is raised on every rank as one
+  line, so no rank waits for rank 0 in a collective until the process-group timeout.
 
 The selection and retention rules are pure functions of a directory listing
 (:func:`parse_listing`, :func:`newest_complete`, :func:`plan_retention`,
@@ -132,7 +135,12 @@ def check_target(found: Iterable[Found], step: int, directory: str = "") -> bool
 
 
 def listing(directory: str) -> list[tuple[str, bool]]:
-    """``(name, has_metadata)`` for each sub-folder of ``directory`` (none if it is absent)."""
+    """``(name, has_metadata)`` for each sub-folder of ``directory`` (none if it is absent).
+
+    Any other ``OSError`` (a file where the folder should be, ESTALE, EACCES) is raised:
+    its callers run it on rank 0 through :func:`_rank0_does`, which makes it one line on
+    every rank.
+    """
     try:
         entries = list(os.scandir(directory))
     except FileNotFoundError:
@@ -163,11 +171,14 @@ def _is_main() -> bool:
 def _rank0_does(action: Callable[[], Any], directory: str, doing: str) -> Any:
     """Run ``action`` (file work) on rank 0 only and return its result on every rank.
 
-    A :class:`UsageError` it raises, or an ``OSError`` (as one line saying what rank 0 was
-    ``doing``), is raised on every rank: the others must hear of it, not wait for rank 0
-    in the next collective until the process-group timeout.
+    Whatever it raises is raised on every rank: the others must hear of it, not wait for
+    rank 0 in the next collective until the process-group timeout. A :class:`UsageError`
+    as it is; an ``OSError`` as one line saying what rank 0 was ``doing``; any other
+    exception (a ``say`` callback's, say) as one line naming its type and message, and on
+    rank 0 chained to the original, whose traceback shows where it came from.
     """
     outcome: Any = None
+    cause: BaseException | None = None
     if _is_main():
         try:
             outcome = (True, action())
@@ -175,14 +186,31 @@ def _rank0_does(action: Callable[[], Any], directory: str, doing: str) -> Any:
             outcome = (False, err)
         except OSError as exc:
             outcome = (False, UsageError(
-                f"checkpoint.dir {directory}: cannot {doing} ({exc.strerror})",
+                f"checkpoint.dir {directory}: cannot {doing} "
+                f"({exc.strerror or _one_line(exc)})",
                 subject="checkpoint.dir", hint="check the folder's permissions and free "
                 "space, or pass --checkpoint-dir on a writable filesystem every node mounts",
                 code="checkpoint-dir-error"))
+        except Exception as exc:  # noqa: BLE001 - every rank must hear of it, whatever it is
+            cause = exc
+            outcome = (False, UsageError(
+                f"checkpoint.dir {directory}: cannot {doing} ({_one_line(exc)})",
+                subject="checkpoint.dir", hint="rank 0 failed while it tried to "
+                f"{doing} and every rank stopped with it: fix what the message names "
+                "(rank 0's traceback shows where it was raised) and run again",
+                code="checkpoint-dir-error"))
     ok, value = _rank0_decides(outcome)
     if not ok:
+        if cause is not None:
+            raise value from cause
         raise value
     return value
+
+
+def _one_line(exc: BaseException) -> str:
+    """``Type: message`` of ``exc`` on one line (``Type`` alone when it has no message)."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def check_shared(directory: str, patience_s: float = 5.0) -> None:
@@ -247,12 +275,12 @@ def save(directory: str, step: int, model: Any, optimizer: Any, trainer: dict[st
     """Save ``model``, ``optimizer`` and ``trainer`` as ``<directory>/step-<step>``; prune.
 
     Collective: every rank calls it. Returns the checkpoint's path. ``say`` is
-    called on rank 0 only.
+    called on rank 0 only. ``keep`` is checked on every rank before anything is written.
     """
-    import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
+    plan_retention([], keep)  # keep < 2: a UsageError on every rank, before anything is saved
     path = os.path.join(directory, step_dir(step))
 
     def prepare() -> None:
@@ -266,12 +294,15 @@ def save(directory: str, step: int, model: Any, optimizer: Any, trainer: dict[st
     model_sd, optim_sd = get_state_dict(model, optimizer)
     dcp.save({"model": model_sd, "optim": optim_sd, "trainer": dict(trainer)},
              checkpoint_id=path)
-    if _is_main():
+
+    def prune() -> None:
         for found, reason in plan_retention(parse_listing(listing(directory)), keep):
             say(f"removing checkpoint {os.path.join(directory, found.name)}: {reason}")
             _remove(os.path.join(directory, found.name))
-    if dist.is_initialized():
-        dist.barrier()
+
+    # rank 0 prunes; its outcome, broadcast to every rank, is also the barrier that keeps
+    # the others from going on before the pruning is done
+    _rank0_does(prune, directory, "remove old checkpoints")
     return path
 
 

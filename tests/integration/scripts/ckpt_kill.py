@@ -69,4 +69,8 @@ for step in range(start + 1, int(os.environ["STEPS"]) + 1):
             print(f"checksum after step {step}: {summed}", flush=True)
 if rank == 0:
     print(f"trained to step {int(os.environ['STEPS'])}", flush=True)
+# Leave together: with gloo, a rank that destroys its process group while its peer has
+# already exited aborts now and then ("terminate called without an active exception",
+# exit 134) after training succeeded; seen in 2 of ~30 full runs of this test.
+dist.barrier()
 dist.destroy_process_group()
