@@ -147,3 +147,37 @@ def test_same_commit_different_changes_names_the_first_differing_file():
     # other commits: no file row (the lists are relative to each node's own commit)
     other = compare({0: fp(), 1: fp(code="git def", code_files={"x.py": "5555"})})
     assert [d.field for d in other.differences] == ["code"]
+
+
+def test_a_modules_code_is_found_without_importing_its_parent_packages(tmp_path, monkeypatch):
+    """`-m pkg.sub.train`: the agent hashes pkg/sub/train.py; it must not run pkg's or
+    pkg.sub's __init__ (user code, in the launcher) to find it."""
+    sub = tmp_path / "mrpkg" / "sub"
+    sub.mkdir(parents=True)
+    marker = tmp_path / "imported"
+    init = f"open({str(marker)!r}, 'a').write(__name__ + '\\n')\n"
+    (tmp_path / "mrpkg" / "__init__.py").write_text(init)
+    (sub / "__init__.py").write_text(init)
+    (sub / "train.py").write_text("print(1)\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    identity = preflight.code_identity("mrpkg.sub.train", module=True)
+    assert identity.startswith("file ") and identity != "none"
+    assert identity == preflight.code_identity(str(sub / "train.py"))
+    assert not marker.exists(), marker.read_text()
+    assert preflight.code_identity("mrpkg.sub.nothing", module=True) == "none"
+    assert preflight.code_identity("mrpkg.sub.train.x", module=True) == "none"
+
+
+def test_a_repository_owned_by_another_user_is_not_read_through_git(tmp_path):
+    """git refuses a repository another user owns (its config could run commands); meshrun
+    must not override that with safe.directory=*: the script's own hash is the identity."""
+    import os
+
+    if os.geteuid() != 0:
+        import pytest
+        pytest.skip("needs root to hand the repository to another user")
+    script = _repo(tmp_path)
+    subprocess.run(["chown", "-R", "12345:12345", str(tmp_path)], check=True)
+    identity = preflight.code_identity(script)
+    assert identity.startswith("file "), identity

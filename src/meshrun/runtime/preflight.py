@@ -148,7 +148,9 @@ def code_state(target: str, *, module: bool = False,
     if path is None:
         return "none", {}
     folder = os.path.dirname(os.path.abspath(path))
-    git = ["git", "-c", "safe.directory=*", "-C", folder]
+    # git's own ownership check stays on (a repository another user owns is refused: its
+    # config could run commands), and no file-system monitor is started for these reads.
+    git = ["git", "-c", "core.fsmonitor=false", "-C", folder]
     try:
         commit = subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True,
                                 timeout=10)
@@ -216,14 +218,37 @@ def _script_path(target: str, module: bool) -> str | None:
     if not target:
         return None
     if module:
-        import importlib.util
-
-        try:
-            spec = importlib.util.find_spec(target)
-        except (ImportError, ValueError):
-            return None
-        return spec.origin if spec and spec.origin and os.path.isfile(spec.origin) else None
+        origin = _module_file(target)
+        return origin if origin and os.path.isfile(origin) else None
     return target if os.path.isfile(target) else None
+
+
+def _module_file(target: str) -> str | None:
+    """The file ``python -m target`` would run, found on the path the workers get (this
+    folder first) one package at a time, without importing any of them: importlib's
+    ``find_spec("a.b.c")`` would import ``a`` and ``a.b`` (user code) inside the agent."""
+    import importlib.machinery
+    import importlib.util
+    import sys
+
+    parts = target.split(".")
+    try:
+        spec = importlib.machinery.PathFinder.find_spec(parts[0], [os.getcwd(), *sys.path])
+        if spec is None and len(parts) == 1:
+            spec = importlib.util.find_spec(parts[0])  # a top-level name imports nothing
+        for depth in range(1, len(parts)):
+            where = spec.submodule_search_locations if spec else None
+            if not where:
+                return None
+            spec = importlib.machinery.PathFinder.find_spec(".".join(parts[:depth + 1]),
+                                                            list(where))
+    except (ImportError, ValueError):
+        return None
+    if spec is not None and spec.submodule_search_locations:
+        # ``-m pkg`` runs pkg/__main__.py
+        main = os.path.join(list(spec.submodule_search_locations)[0], "__main__.py")
+        return main if os.path.isfile(main) else None
+    return spec.origin if spec is not None else None
 
 
 def _file_digest(path: str) -> str:
