@@ -5,8 +5,8 @@ returns; a writer thread of its own sends the newest step to the job's store
 (``meshrun/progress/<RANK>``, :class:`meshrun.protocol.Progress`; the store is
 ``MESHRUN_STORE``, set by meshrun for every worker) at most once per second. A store that
 is slow, gone or cut off delays only that thread, never training: every call it makes is
-bounded (a 2 s store timeout), it reconnects at most every 5 s, and at exit it is given
-2 s to finish, then its connection is shut so that it ends (a thread left inside a C++
+bounded (a 2 s store timeout), it reconnects at most every 5 s, and at exit it sends the
+newest step once more, given 2 s to finish, then its connection is shut so that it ends (a thread left inside a C++
 call at interpreter exit would abort the process).
 
 Outside meshrun (no ``MESHRUN_STORE``) it does nothing. When no rank ever calls it,
@@ -46,25 +46,27 @@ class _Writer:
         store: Any = None
         retry_at = 0.0
         sent: tuple[int, float] | None = None
-        while not self.halt.is_set():
+        while True:
             self.wake.wait(_PERIOD_S)
             self.wake.clear()
+            halting = self.halt.is_set()  # at exit: one last send of the newest step
             newest = self.newest
-            if newest is None or newest == sent or time.monotonic() < retry_at:
-                continue
-            try:
-                if store is None:
-                    from torch.distributed import TCPStore
+            if newest is not None and newest != sent and (halting or
+                                                          time.monotonic() >= retry_at):
+                try:
+                    if store is None:
+                        from torch.distributed import TCPStore
 
-                    store = TCPStore(self.host, self.port, is_master=False,
-                                     timeout=timedelta(seconds=_TIMEOUT_S),
-                                     wait_for_workers=False)
-                store.set(self.key, Progress(*newest).encode())
-                sent = newest
-            except Exception:  # noqa: BLE001 - progress reports must never break training
-                store, retry_at = None, time.monotonic() + _RECONNECT_S
-            if not self.halt.is_set():
-                self.halt.wait(_PERIOD_S)  # at most one write a second
+                        store = TCPStore(self.host, self.port, is_master=False,
+                                         timeout=timedelta(seconds=_TIMEOUT_S),
+                                         wait_for_workers=False)
+                    store.set(self.key, Progress(*newest).encode())
+                    sent = newest
+                except Exception:  # noqa: BLE001 - progress reports must never break training
+                    store, retry_at = None, time.monotonic() + _RECONNECT_S
+            if halting:
+                return
+            self.halt.wait(_PERIOD_S)  # at most one write a second
 
     def close(self) -> None:
         """At exit: stop the thread; if a call of it is stuck, shut its connection."""
