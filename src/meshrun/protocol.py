@@ -19,18 +19,25 @@ key                                written by               payload
 ``meshrun/preflight/seen``         nodes 1..N-1, once       counter
 ``meshrun/hb/<node>``              each node, every beat    :class:`Heartbeat`
 ``meshrun/watch``                  node 0, every beat       :class:`Watch`
+``meshrun/links``                  node 0, at start         :class:`Endpoint`
 ``meshrun/ended``                  each node, once          counter
 ``meshrun/progress/<rank>``        each worker, <= 1/s      :class:`Progress`
 ``meshrun/stuck/<g>/<node>``       each node, probed        :class:`Probe`
 ``meshrun/hang_seen/<g>``          nodes 1..N-1, once       counter
-``meshrun/worker_store``           node 0, each round       :class:`Endpoint`
+``meshrun/round/<r>/workers``      node 0, each round       :class:`Endpoint`
+``meshrun/round/<r>/arrived``      each node, each round    counter
+``meshrun/round/<r>/ready``        the last to arrive       "1"
+``meshrun/round/<r>/...``          torch's agent            its own keys (ranks, exit)
 =================================  =======================  ==========================
 
-``<g>`` is the hang generation: the number of hangs handled by a restart so far, the same
-on every node. Supervision is O(N) on node 0's store: each node writes its heartbeat and
-reads node 0's :class:`Watch` (two calls a beat); node 0 reads every heartbeat in one call
-and publishes one Watch (its verdicts: lost nodes, goodbyes, a hang probe, a hang verdict). torch's rendezvous and the workers' own process-group stores use their own
-prefixes on the same store (the rendezvous: ``torch.rendezvous.<run id>``).
+``<r>`` is the rendezvous round: 0 at the start, one more for each restart of the workers
+(:mod:`meshrun.runtime.rendezvous`). ``<g>`` is the hang generation: the number of hangs
+handled by a restart so far, the same on every node. Supervision is O(N) on node 0's
+store: each node writes its heartbeat and reads node 0's :class:`Watch` (two calls a
+beat); node 0 reads every heartbeat in one call and publishes one Watch (its verdicts: lost
+nodes, goodbyes, a hang probe, a hang verdict, the newest round). The workers' process
+groups use a store of their own per round (hosted by node 0's agent, published under
+``round/<r>/workers``).
 """
 
 from __future__ import annotations
@@ -45,7 +52,7 @@ NNODES = PREFIX + "nnodes"
 JOINED = PREFIX + "joined"
 ENDED = PREFIX + "ended"        # how many nodes' workers are over (failed, finished, stopped)
 WATCH = PREFIX + "watch"
-WORKER_STORE = PREFIX + "worker_store"
+LINKS = PREFIX + "links"        # node 0's liveness-link listener (Endpoint)
 
 PREFLIGHT = PREFIX + "preflight/"
 PREFLIGHT_T0 = PREFLIGHT + "t0"
@@ -79,6 +86,23 @@ def stuck_key(gen: int, node: int) -> str:
 
 def hang_seen_key(gen: int) -> str:
     return f"{PREFIX}hang_seen/{gen}"
+
+
+def round_prefix(rnd: int) -> str:
+    """What torch's agent writes for round ``rnd`` goes under this prefix."""
+    return f"{PREFIX}round/{rnd}/"
+
+
+def round_arrived_key(rnd: int) -> str:
+    return f"{round_prefix(rnd)}arrived"
+
+
+def round_ready_key(rnd: int) -> str:
+    return f"{round_prefix(rnd)}ready"
+
+
+def round_workers_key(rnd: int) -> str:
+    return f"{round_prefix(rnd)}workers"
 
 
 def text(raw: bytes | str) -> str:
@@ -201,9 +225,12 @@ class Heartbeat:
 class Watch:
     """What node 0's watchdog publishes every beat, for every other node to read in one call:
     its own beat number (node 0's watchdog is alive while it changes), the nodes it found lost
-    (node, seconds silent), every goodbye it has read (node -> Goodbye value), and the hang
+    (node, seconds silent), every goodbye it has read (node -> Goodbye value), the hang
     in hand: the generation ``gen``, ``probe`` (every node: dump your workers' stacks and
-    answer under ``stuck/<gen>/<node>``) and node 0's ``verdict`` once it has one."""
+    answer under ``stuck/<gen>/<node>``) and node 0's ``verdict`` once it has one; and
+    ``round``, the newest rendezvous round some node has arrived at (a node in an older
+    round restarts its workers to join it); ``closed``: the lost nodes whose liveness link
+    (:mod:`meshrun.runtime.links`) closed without a goodbye: their agent died."""
 
     beat: int
     lost: tuple[tuple[int, float], ...] = ()
@@ -211,12 +238,15 @@ class Watch:
     gen: int = 0
     probe: bool = False
     verdict: HangVerdict | None = None
+    round: int = 0
+    closed: tuple[int, ...] = ()   # the lost nodes whose liveness link closed (they died)
 
     def encode(self) -> str:
         return json.dumps({"beat": self.beat, "lost": [list(x) for x in self.lost],
                            "goodbyes": {str(k): v for k, v in self.goodbyes.items()},
                            "gen": self.gen, "probe": self.probe,
-                           "verdict": self.verdict.encode() if self.verdict else None})
+                           "verdict": self.verdict.encode() if self.verdict else None,
+                           "round": self.round, "closed": list(self.closed)})
 
     @classmethod
     def decode(cls, raw: bytes | str) -> Watch:
@@ -225,4 +255,5 @@ class Watch:
         return cls(int(data["beat"]), tuple((int(n), float(s)) for n, s in data["lost"]),
                    {int(k): str(v) for k, v in data.get("goodbyes", {}).items()},
                    int(data.get("gen", 0)), bool(data.get("probe")),
-                   HangVerdict.decode(verdict) if verdict else None)
+                   HangVerdict.decode(verdict) if verdict else None, int(data.get("round", 0)),
+                   tuple(int(n) for n in data.get("closed", ())))

@@ -70,9 +70,9 @@ def test_sigkilled_agent_takes_its_workers_and_the_survivor_names_it(tmp_path):
         _cleanup(procs, pids)
 
 
-def test_after_a_broken_collective_a_silent_node_is_named_before_the_node_timeout(tmp_path):
-    """Default --node-timeout (15 s): node 1 dies, node 0's workers fail on the broken
-    collective, and node 0 names node 1 after 5 s of silence (Watchdog.suspect), not 15."""
+def test_a_killed_node_is_named_within_three_seconds(tmp_path):
+    """Default --node-timeout (15 s): node 1's agent is SIGKILLed; its kernel closes its
+    liveness link to node 0, and node 0 names it at once (not after 15 s, nor 5 s)."""
     procs, pids = _start(tmp_path, "--hang-timeout", "0")
     try:
         time.sleep(1.0)
@@ -82,9 +82,34 @@ def test_after_a_broken_collective_a_silent_node_is_named_before_the_node_timeou
         took = time.monotonic() - killed_at
         out = (tmp_path / "node0.out").read_text()
         assert rc == 4, out[-3000:]
+        found = re.search(r"node 1 \(.*\) is lost: last heartbeat ([\d.]+) s ago; its agent's "
+                          r"connection closed without a goodbye", out)
+        assert found, out[-3000:]
+        assert float(found[1]) < 3 and took < 10, (found[1], took, out[-3000:])
+    finally:
+        _cleanup(procs, pids)
+
+
+def test_after_a_broken_collective_a_silent_node_is_named_before_the_node_timeout(tmp_path):
+    """Default --node-timeout (15 s): node 1's agent freezes (SIGSTOP: its link stays open,
+    as with a frozen host) and its workers die, so node 0's workers fail on the broken
+    collective; node 0 names node 1 after 5 s of silence (Watchdog.suspect), not 15."""
+    procs, pids = _start(tmp_path, "--hang-timeout", "0")
+    try:
+        time.sleep(1.0)
+        killed_at = time.monotonic()
+        os.kill(procs[1].pid, signal.SIGSTOP)
+        for rank in (2, 3):
+            os.kill(pids[rank], signal.SIGKILL)
+        rc = procs[0].wait(timeout=40)
+        took = time.monotonic() - killed_at
+        out = (tmp_path / "node0.out").read_text()
+        assert rc == 4, out[-3000:]
         age = float(re.search(r"node 1 \(.*\) is lost: last heartbeat ([\d.]+) s ago", out)[1])
         assert 5 <= age < 10 and took < 13, (age, took, out[-3000:])
+        assert "connection closed" not in out
     finally:
+        os.kill(procs[1].pid, signal.SIGCONT)
         _cleanup(procs, pids)
 
 

@@ -28,3 +28,21 @@ def garbage_bin(tmp_path_factory):
 def empty_bin(tmp_path_factory):
     """A PATH folder without nvidia-smi: a CPU host."""
     return tmp_path_factory.mktemp("empty-bin")
+
+
+@pytest.fixture(autouse=True)
+def no_store_thread_left():
+    """A test must close every BoundedStore it opens: a serving thread left alive makes a
+    later test's ``meshrun`` CLI call exit the whole pytest process (``_exit_if_stuck``)."""
+    import threading
+    import time
+
+    yield
+    end = time.monotonic() + 3.0
+    while True:
+        left = [t.name for t in threading.enumerate()
+                if t.is_alive() and t.name == "meshrun-store-calls"]
+        if not left or time.monotonic() > end:
+            break
+        time.sleep(0.05)
+    assert not left, f"{len(left)} store-call thread(s) left running by this test"

@@ -40,10 +40,13 @@ class Goodbye(str, Enum):
             return text
 
 
-def node_lost_line(node: int, host: str, age_s: float, *, store_host: bool = False) -> str:
+def node_lost_line(node: int, host: str, age_s: float, *, store_host: bool = False,
+                   closed: bool = False) -> str:
+    """``closed``: its agent's liveness link closed without a goodbye (the process died)."""
     what = (f"node {node} ({host}), which hosts the job's store, is lost"
             if store_host else f"node {node} ({host}) is lost")
-    return f"meshrun: {what}: last heartbeat {age_s:.1f} s ago"
+    how = "; its agent's connection closed without a goodbye (the process died)" if closed else ""
+    return f"meshrun: {what}: last heartbeat {age_s:.1f} s ago{how}"
 
 
 def peer_failed_line(node: int, host: str, me: int, *, store_closed: bool = False) -> str:

@@ -36,11 +36,11 @@ from ..errors import EXIT_STARTUP, MeshrunError, StartupError
 from ..plan import LaunchPlan, describe, ranks_phrase
 from .events import Goodbye
 from .logs import RANK_PREFIX, LogRouter, worker_logs_spec
-from .rendezvous import RDZV_BACKEND, register_backend
+from .rendezvous import RDZV_BACKEND, Rounds, register_backend
 from .store import JobStore, join, open_store, say, store_errors
 from .supervise import (
-    AGENT_RUNNING,
     Supervision,
+    agent_running,
     await_event,
     node_hosts,
     report_event,
@@ -172,7 +172,8 @@ def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, launch_agent
 
-    register_backend(job, plan)
+    rounds = Rounds()
+    register_backend(job, plan, rounds)
     _quiet_agent_lines()
     config = LaunchConfig(
         min_nodes=plan.nnodes, max_nodes=plan.nnodes, nproc_per_node=plan.nproc_per_node,
@@ -185,18 +186,15 @@ def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
     say(f"starting {_workers(plan.nproc_per_node)}: {ranks_phrase(plan.global_ranks)} of "
         f"{plan.world_size} "
         f"({time.monotonic() - started:.1f} s after start)")
-    dog = start_watchdog(job, plan, supervision, hosts, max_restarts)
+    dog = start_watchdog(job, plan, supervision, hosts, max_restarts, rounds)
     target = (["-m", plan.command.target] if plan.command.module
               else ["--", plan.command.target])
     status = Goodbye.FAILED
     _raise_on_signals()  # before the watchdog may SIGTERM us: torch's own handler comes later
-    AGENT_RUNNING.set()
     try:
-        try:
+        with agent_running():  # the watchdog may SIGTERM this process only inside
             launch_agent(config, sys.executable,
                          ["-u", "-m", "meshrun.worker.bootstrap", *target, *plan.command.args])
-        finally:
-            AGENT_RUNNING.clear()
         status = Goodbye.DONE
     except ChildFailedError as failed:
         event = await_event(dog, supervision)
@@ -232,13 +230,10 @@ def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
 
 def worker_environment(plan: LaunchPlan, store_port: int) -> dict[str, str]:
     """What the workers get on top of the agent's environment: the plan's variables (each
-    with its reason in the banner), the job's store for :func:`meshrun.progress` (their
-    MASTER_PORT is their own store's), and torch's switch that keeps its inner rendezvous
-    from hosting a second, unused worker store (meshrun's handler publishes the workers'
-    store itself: :func:`_worker_store_info`)."""
+    with its reason in the banner) and the job's store for :func:`meshrun.progress` (their
+    MASTER_PORT is their round's own store: :mod:`meshrun.runtime.rendezvous`)."""
     return {**plan.env_dict(),
-            "MESHRUN_STORE": f"{plan.master_addr}:{store_port}",  # bare: split at the last ':'
-            "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+            "MESHRUN_STORE": f"{plan.master_addr}:{store_port}"}  # bare: split at the last ':'
 
 
 def _workers(count: int) -> str:

@@ -1,100 +1,166 @@
-"""The rendezvous: torch's own c10d handler (``DynamicRendezvousHandler`` over
-``C10dRendezvousBackend``) on the job's store, wrapped only to pin each node's group rank to
-the platform's node rank (torch would order nodes by host name), so global ranks are exactly
-the plan's: node k runs ranks k*nproc .. k*nproc+nproc-1. Registered under
-:data:`RDZV_BACKEND` for torch's ``launch_agent``."""
+"""The rendezvous: rank-pinned rounds on meshrun's own join, through torch's
+``RendezvousHandler`` interface (as torch's own static rendezvous is), for torch's elastic
+agent. Registered under :data:`RDZV_BACKEND` for ``launch_agent``.
+
+The join (:func:`meshrun.runtime.store.join`) has already put every node in the job, each
+with the rank its platform gave it; nothing is left to negotiate. A round is:
+
+1. node 0 starts a fresh TCPStore server for this round's workers on a port the kernel
+   picks (bound from then on: nothing else on the host can take it in between) and
+   publishes it (``meshrun/round/<r>/workers``);
+2. every node counts itself in ``meshrun/round/<r>/arrived``; the last one sets
+   ``meshrun/round/<r>/ready``; every node waits for that (in one-second slices: a signal
+   is handled between them, and a node that already said goodbye ends the wait at once);
+3. the round's answer: this node's rank is its node rank, the world is every node, the
+   workers' store is the round's server (``use_agent_store``: every worker is a client of
+   it, so a restarted attempt never reads a key the previous one left), and torch's agent
+   keeps its own keys (worker ranks, the exit barrier) under ``meshrun/round/<r>/``.
+
+Global ranks are exactly the plan's: node k runs ranks k*nproc .. k*nproc+nproc-1.
+
+Restarts (``--max-restarts``, hang restarts): a node whose workers failed starts round
+r + 1 on its own; node 0's watchdog sees the arrival and says so in its watch
+(:class:`meshrun.protocol.Watch` ``round``), and every other node's agent, asking
+:meth:`num_nodes_waiting`, restarts its workers and arrives too. Node 0's store work per
+round is O(N): one counter call and one wait per node.
+"""
 
 from __future__ import annotations
 
+import threading
+import time
+from datetime import timedelta
 from typing import Any
 
 from .. import protocol
 from ..plan import LaunchPlan
-from .store import JobStore
+from .store import CALL_S, BoundedStore, JobStore
 
-RDZV_BACKEND = "meshrun-c10d"
+RDZV_BACKEND = "meshrun-pinned"
+_SLICE_S = 1.0
 
 
-def register_backend(job: JobStore, plan: LaunchPlan) -> None:
+class Rounds:
+    """The rounds, as this node knows them: the one its workers run in (``current``) and
+    the newest any node has arrived at (``wanted``, kept by the watchdog), and the goodbyes
+    the watchdog has read (a node that ended cannot join another round)."""
+
+    def __init__(self) -> None:
+        self.current = -1
+        self.wanted = 0
+        self.goodbyes: dict[int, str] = {}
+        self.lock = threading.Lock()
+
+
+class RoundError(Exception):
+    """The round cannot form: the rendezvous' one line for the agent's failure."""
+
+
+def register_backend(job: JobStore, plan: LaunchPlan, rounds: Rounds) -> None:
     from torch.distributed.elastic.rendezvous import rendezvous_handler_registry as registry
 
     def create(params: Any) -> Any:
-        return _handler(job, plan, params)
+        return _handler(job, plan, rounds)
 
     registry._registry[RDZV_BACKEND] = create  # re-registration across runs in one process
 
 
-def _worker_store_info(store: Any, plan: LaunchPlan) -> Any:
-    """Where this round's workers find their store: node 0 picks a free port on the master
-    address and publishes it under meshrun's own key in the round's (prefixed) store.
-
-    Not ``RendezvousStoreInfo.build``: that writes the keys torch's inner rendezvous writes
-    too, from *its* rank 0, which need not be our node 0 (ranks there follow the nodes'
-    descriptors). Two writers of one key let node 1 read the port node 0 later replaced, and
-    rank 0's store then waits for workers that went elsewhere until the process-group
-    timeout."""
-    from torch.distributed.elastic.rendezvous.api import RendezvousStoreInfo
-    from torch.distributed.elastic.utils.distributed import get_free_port
-
+def next_round(calls: Any, plan: LaunchPlan, rounds: Rounds, *,
+               host_workers: Any = None, clock: Any = time.monotonic) -> tuple[int, Any]:
+    """Arrive at this node's next round and wait for every node; returns (the round, the
+    workers' endpoint). ``host_workers()`` (node 0) starts the round's worker store and
+    returns its endpoint. Raises :class:`RoundError` when the round cannot form."""
+    with rounds.lock:
+        rnd = rounds.current + 1
     if plan.is_master:
-        store.set(protocol.WORKER_STORE,
-                  protocol.Endpoint(plan.master_addr, get_free_port()).encode())
-    where = protocol.Endpoint.decode(store.get(protocol.WORKER_STORE))
-    return RendezvousStoreInfo(where.host, where.port)
+        endpoint = host_workers()
+        calls.set(protocol.round_workers_key(rnd), endpoint.encode())
+    arrived = int(calls.add(protocol.round_arrived_key(rnd), 1))
+    if arrived >= plan.nnodes:
+        calls.set(protocol.round_ready_key(rnd), "1")
+    deadline = clock() + plan.join_timeout
+    ready = [protocol.round_ready_key(rnd)]
+    while not calls.check(ready):
+        ended = sorted(n for n in dict(rounds.goodbyes) if n != plan.node_rank)
+        if ended and rnd > 0:
+            raise RoundError(
+                f"restart round {rnd} cannot gather every node: node(s) "
+                f"{', '.join(map(str, ended))} already ended")
+        if clock() >= deadline:
+            count = int(calls.add(protocol.round_arrived_key(rnd), 0))
+            raise RoundError(f"rendezvous round {rnd}: only {count} of {plan.nnodes} nodes "
+                             f"arrived within {plan.join_timeout} s")
+        try:
+            calls.wait(ready, timedelta(seconds=_SLICE_S))
+        except (RuntimeError, TimeoutError) as exc:  # a slice ended: look again
+            if isinstance(exc, TimeoutError) and "did not return" in str(exc):
+                raise
+    endpoint = protocol.Endpoint.decode(calls.get(protocol.round_workers_key(rnd)))
+    with rounds.lock:
+        rounds.current = rnd
+        rounds.wanted = max(rounds.wanted, rnd)
+    return rnd, endpoint
 
 
-def _handler(job: JobStore, plan: LaunchPlan, params: Any) -> Any:
-    from datetime import timedelta
-
-    from torch.distributed.elastic.rendezvous.api import RendezvousHandler, RendezvousInfo
-    from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
-    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import (
-        DynamicRendezvousHandler,
-        RendezvousTimeout,
+def _handler(job: JobStore, plan: LaunchPlan, rounds: Rounds) -> Any:
+    from torch.distributed import PrefixStore, TCPStore
+    from torch.distributed.elastic.rendezvous.api import (
+        RendezvousClosedError,
+        RendezvousHandler,
+        RendezvousInfo,
+        RendezvousStoreInfo,
     )
 
-    inner = DynamicRendezvousHandler.from_backend(
-        run_id=params.run_id, store=job.store,
-        backend=C10dRendezvousBackend(job.store, params.run_id),
-        min_nodes=params.min_nodes, max_nodes=params.max_nodes,
-        local_addr=plan.master_addr if plan.is_master else None,
-        timeout=RendezvousTimeout(join=timedelta(seconds=plan.join_timeout)))
+    servers: list[Any] = []
 
-    class NodeRankRendezvous(RendezvousHandler):
-        """torch's c10d rendezvous, with the group rank pinned to the platform's node rank."""
+    def host_workers() -> protocol.Endpoint:
+        # The kernel picks the port and the server keeps it: no window for another process.
+        server = TCPStore(plan.master_addr, 0, is_master=True, wait_for_workers=False,
+                          timeout=timedelta(seconds=max(60, plan.join_timeout)))
+        del servers[:-1]  # the round before the previous one: its workers are long gone
+        servers.append(server)
+        return protocol.Endpoint(plan.master_addr, server.port)
+
+    class PinnedRendezvous(RendezvousHandler):
+        """meshrun's rounds (see the module): the group rank is the platform's node rank."""
+
+        def __init__(self) -> None:
+            self._calls = BoundedStore(job.store, CALL_S)
 
         def get_backend(self) -> str:
             return RDZV_BACKEND
 
         @property
         def use_agent_store(self) -> bool:
-            # Workers get their own store per rendezvous round (rank 0 hosts it on a free
-            # port, published under the round's prefix): with the agent's store shared, a
-            # restart would find the previous attempt's keys (torch prefixes them by restart
-            # count, which differs between a node that failed and one that followed it).
-            return False
+            return True  # the workers are clients of the round's server (see host_workers)
 
         def next_rendezvous(self) -> Any:
-            info = inner.next_rendezvous()
-            if info.world_size != plan.nnodes:
-                raise RuntimeError(f"rendezvous formed with {info.world_size} nodes, "
-                                   f"expected {plan.nnodes}")
-            return RendezvousInfo(info.store, plan.node_rank, plan.nnodes,
-                                  _worker_store_info(info.store, plan))
+            try:
+                rnd, endpoint = next_round(self._calls, plan, rounds,
+                                           host_workers=host_workers)
+            except RoundError as exc:
+                raise RendezvousClosedError(str(exc)) from None
+            store = PrefixStore(protocol.round_prefix(rnd), job.store)
+            return RendezvousInfo(store, plan.node_rank, plan.nnodes,
+                                  RendezvousStoreInfo(endpoint.host, endpoint.port))
 
         def is_closed(self) -> bool:
-            return inner.is_closed()
+            return False
 
         def set_closed(self) -> None:
-            inner.set_closed()
+            pass
 
         def num_nodes_waiting(self) -> int:
-            return inner.num_nodes_waiting()
+            """Nodes waiting in a newer round (from node 0's watch, no store call): the
+            agent then restarts this node's workers to join them."""
+            with rounds.lock:
+                return 1 if rounds.wanted > rounds.current >= 0 else 0
 
         def get_run_id(self) -> str:
-            return inner.get_run_id()
+            return plan.run_id
 
         def shutdown(self) -> bool:
-            return inner.shutdown()
+            self._calls.close(1.0)
+            return True
 
-    return NodeRankRendezvous()
+    return PinnedRendezvous()

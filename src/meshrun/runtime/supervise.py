@@ -2,8 +2,11 @@
 torch's agent (what it does on an event), the wait after a worker failure (was a node lost,
 or was it the workers' own failure?), and this process's workers as ``/proc`` shows them.
 
-The watchdog may SIGTERM this process only while :data:`AGENT_RUNNING` is set: torch's agent
-turns that signal into an orderly stop of the workers.
+The watchdog may SIGTERM this process only while torch's agent runs (:func:`agent_running`,
+:func:`stop_agent`): torch's agent turns that signal into an orderly stop of the workers.
+Checking that the agent runs and sending the signal are one step under a lock, so a
+signal sent as the agent returns can never surface later, outside the agent's handling
+(an exit 143 instead of the event's 4 or 5).
 """
 
 from __future__ import annotations
@@ -13,14 +16,51 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from .. import protocol
 from ..plan import LaunchPlan
+from . import procs
 from .events import EventKind, process_state
 from .store import JobStore
 
 AGENT_RUNNING = threading.Event()  # the watchdog may SIGTERM this process only while set
+_AGENT_LOCK = threading.Lock()     # held across "is the agent running?" and the SIGTERM
+_TERM_SENT = threading.Event()     # the watchdog has sent its SIGTERM in this agent's run
+
+
+@contextmanager
+def agent_running() -> Iterator[None]:
+    """Around torch's agent (main thread): while inside, :func:`stop_agent` may SIGTERM this
+    process. On the way out, once :func:`stop_agent` cannot send any more, a SIGTERM it
+    already sent that has not been handled yet is dropped: the agent it was for is over
+    (inside the block it raises as usual, and the caller reports the watchdog's event)."""
+    _TERM_SENT.clear()
+    AGENT_RUNNING.set()
+    handled = False  # the SIGTERM was raised inside (torch's SignalException)
+    try:
+        yield
+    except Exception as exc:
+        handled = type(exc).__name__ == "SignalException"
+        raise
+    finally:
+        with _AGENT_LOCK:
+            AGENT_RUNNING.clear()
+            if _TERM_SENT.is_set() and not handled:
+                signal.signal(signal.SIGTERM, lambda *_: None)  # this process is ending
+
+
+def stop_agent() -> bool:
+    """SIGTERM this process if torch's agent is running (see :func:`agent_running`)."""
+    with _AGENT_LOCK:
+        if not AGENT_RUNNING.is_set():
+            return False
+        _TERM_SENT.set()
+        os.kill(os.getpid(), signal.SIGTERM)
+        return True
 
 
 @dataclass(frozen=True)
@@ -43,7 +83,7 @@ def node_hosts(job: JobStore, plan: LaunchPlan) -> dict[int, str]:
 
 
 def start_watchdog(job: JobStore, plan: LaunchPlan, supervision: Supervision,
-                   hosts: dict[int, str], max_restarts: int = 0):
+                   hosts: dict[int, str], max_restarts: int = 0, rounds: Any = None):
     """Start this node's :class:`meshrun.runtime.watchdog.Watchdog` over the job's store.
 
     Its ``on_event`` prints the event's line, then either stops the job (SIGTERM to this
@@ -63,19 +103,12 @@ def start_watchdog(job: JobStore, plan: LaunchPlan, supervision: Supervision,
                   f"(restart {used + 1} of {max_restarts}); they resume through the "
                   "rendezvous", file=sys.stderr, flush=True)
             for pid in event.pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
+                procs.send(pid, signal.SIGKILL)  # only if still that worker (pid reuse)
             return
-        for pid in local_workers().values():  # a stopped worker would ignore SIGTERM for 30 s
+        for pid in procs.worker_pids().values():  # a stopped worker would ignore SIGTERM 30 s
             if process_state(pid) in ("T", "t"):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
-        if AGENT_RUNNING.is_set():
-            os.kill(os.getpid(), signal.SIGTERM)  # torch's agent stops the workers in order
+                procs.send(pid, signal.SIGKILL)
+        stop_agent()  # torch's agent stops the workers in order
         if event.kind == EventKind.STORE_LOST:
             # torch's calls to the lost store may wait in recv() for TCP's timeout (~15 min)
             # when its host vanished without closing the connections (a cut link, a frozen
@@ -84,7 +117,7 @@ def start_watchdog(job: JobStore, plan: LaunchPlan, supervision: Supervision,
 
     def restarts_left() -> int:
         """What torch's agent has left, from its workers' TORCHELASTIC_* variables."""
-        env = _worker_env()
+        env = procs.worker_env()
         try:
             return max(0, int(env[b"TORCHELASTIC_MAX_RESTARTS"])
                        - int(env[b"TORCHELASTIC_RESTART_COUNT"]))
@@ -94,8 +127,9 @@ def start_watchdog(job: JobStore, plan: LaunchPlan, supervision: Supervision,
     dog = Watchdog(host=plan.master_addr, port=job.port, node_rank=plan.node_rank,
                    nnodes=plan.nnodes, world_size=plan.world_size, hosts=hosts,
                    node_timeout=supervision.node_timeout, hang_timeout=supervision.hang_timeout,
-                   interval=supervision.interval, on_event=on_event, local_pids=local_workers,
-                   restarts_left=restarts_left, log_dir=plan.log_dir)
+                   interval=supervision.interval, on_event=on_event, local_pids=procs.worker_pids,
+                   restarts_left=restarts_left, log_dir=plan.log_dir, rounds=rounds,
+                   send_signal=procs.send)
     dog.start()
     return dog
 
@@ -128,43 +162,3 @@ def report_event(event) -> int:
     if event.kind == EventKind.PEER_FAILED:  # another node's workers failed: so did the job
         return EXIT_WORKER_FAILED
     return EXIT_HANG if event.kind == EventKind.HANG else EXIT_NODE_LOST
-
-
-def _children() -> list[int]:
-    me = os.getpid()
-    try:
-        with open(f"/proc/{me}/task/{me}/children") as handle:
-            return [int(p) for p in handle.read().split()]
-    except OSError:
-        return []
-
-
-def _environ(pid: int) -> dict[bytes, bytes]:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as handle:
-            return dict(item.split(b"=", 1) for item in handle.read().split(b"\0")
-                        if b"=" in item)
-    except (OSError, ValueError):
-        return {}
-
-
-def local_workers() -> dict[int, int]:
-    """rank -> pid of this process's worker children (read from /proc)."""
-    out: dict[int, int] = {}
-    for pid in _children():
-        env = _environ(pid)
-        try:
-            if b"RANK" in env:
-                out[int(env[b"RANK"])] = pid
-        except ValueError:
-            continue
-    return out
-
-
-def _worker_env() -> dict[bytes, bytes]:
-    """The environment of one of this process's workers (empty when there is none)."""
-    for pid in _children():
-        env = _environ(pid)
-        if b"RANK" in env:
-            return env
-    return {}

@@ -35,8 +35,18 @@ each node's agent restarts them through the rendezvous, appends the event to
 generation ``<g>`` (hangs handled so far, the same on every node), and progress left by the
 hung attempt does not count until a rank of the new attempt reports.
 
+Liveness links (:mod:`meshrun.runtime.links`): node 0 also listens for one idle TCP
+connection from every other node's watchdog; one that closes without a goodbye byte is a
+node whose agent died, named at the next beat (which the link wakes at once) instead of
+after ``node_timeout``; the other nodes learn of node 0's death the same way.
+
 The one-line messages are :func:`~meshrun.runtime.events.node_lost_line` and
 :func:`~meshrun.runtime.events.hang_line`; ``meshrun diagnose`` recognises them.
+
+This module is longer than the others because it is one state machine: node 0's
+judgement, the members' beat, the hang probe and the goodbye share the same state (the
+pure decisions are in :mod:`meshrun.runtime.events`, the bounded client in
+:mod:`meshrun.runtime.store`, the links in :mod:`meshrun.runtime.links`).
 """
 
 from __future__ import annotations
@@ -81,7 +91,10 @@ class Watchdog(threading.Thread):
                  hosts: Mapping[int, str], node_timeout: float, hang_timeout: float,
                  interval: float = 1.0, on_event: Callable[[Event], None],
                  local_pids: Callable[[], Mapping[int, int]] = dict,
-                 restarts_left: Callable[[], int] = lambda: 0, log_dir: str = ".") -> None:
+                 restarts_left: Callable[[], int] = lambda: 0, log_dir: str = ".",
+                 rounds: Any = None,
+                 send_signal: Callable[[int, int], Any] = lambda pid, sig: os.kill(pid, sig),
+                 ) -> None:
         super().__init__(name="meshrun-watchdog", daemon=True)
         self.host, self.port = host, port
         self.node_rank, self.nnodes, self.world_size = node_rank, nnodes, world_size
@@ -92,10 +105,16 @@ class Watchdog(threading.Thread):
         self.local_pids = local_pids  # rank -> pid of this node's workers
         self.restarts_left = restarts_left  # restarts this node's agent has left
         self.log_dir = log_dir              # the run's log folder (stacks/ go there)
+        self.rounds = rounds                # meshrun.runtime.rendezvous.Rounds, if any
+        self.send_signal = send_signal      # signals a worker listed by local_pids
         self.event: Event | None = None  # the event that stops the job
         self.restarts: list[Event] = []  # hangs handled by restarting the workers
         self.goodbyes: dict[int, Goodbye | str] = {}  # node -> its goodbye (Goodbye.read)
         self._halt = threading.Event()
+        self._wake = threading.Event()   # a beat now: a liveness link changed, or stop()
+        self._hub: Any = None            # node 0: meshrun.runtime.links.Hub
+        self._link: Any = None           # the others: meshrun.runtime.links.Link
+        self._closed: set[int] = set()   # node 0: lost nodes whose link closed bare
         self._lock = threading.Lock()    # guards _store: the agent's thread reads it too
         self._store: BoundedStore | None = None
         self._patience = max(2.0, interval * 3)  # how long one store call may take
@@ -130,11 +149,13 @@ class Watchdog(threading.Thread):
         without an active exception"). When the watchdog's connection is broken or stuck,
         the goodbye goes over a fresh one."""
         self._halt.set()
+        self._wake.set()
         if self.is_alive() and threading.current_thread() is not self:
             self.join(self.interval + self._patience + 1.0)
         self.mark_ended()
         store = self._usable_store()
         if store is None:
+            self._close_links(status)
             return
         try:
             goodbye = Goodbye(status).value
@@ -152,9 +173,20 @@ class Watchdog(threading.Thread):
                         time.sleep(0.1)
         except Exception:  # noqa: BLE001, S110 - the store may be gone; nothing to tell then
             pass
+        self._close_links(status)  # after the goodbye heartbeat: a bare close means death
         with self._lock:
             self._store = None
         store.close(self._patience)
+
+    def _close_links(self, status: Goodbye) -> None:
+        letter = Goodbye(status).value[:1]
+        hub, link, self._hub, self._link = self._hub, self._link, None, None
+        for end in (hub, link):
+            if end:  # a link that could not open is False
+                try:
+                    end.close(letter)
+                except Exception:  # noqa: BLE001, S110 - ending anyway
+                    pass
 
     def suspect(self, seconds: float) -> None:
         """A local worker just failed (a collective broke): count a node as lost after only
@@ -167,9 +199,20 @@ class Watchdog(threading.Thread):
     def run(self) -> None:
         self._set_store(self._connect())
         started = store_ok_at = self._watch_at = time.monotonic()
-        while not self._halt.wait(self.interval):
+        if self.node_rank == 0:
+            self._open_hub()
+        while True:
+            self._wake.wait(self.interval)
+            self._wake.clear()
+            if self._halt.is_set():
+                return
             now = time.monotonic()
             store = self._store
+            if self.node_rank != 0 and self._node_0_died():
+                self._fire(Event(EventKind.STORE_LOST, node_lost_line(
+                    0, self.hosts.get(0, "?"), now - self._watch_at, store_host=True,
+                    closed=True), node=0))
+                return
             try:
                 if store is None:
                     store = self._set_store(self._connect())  # the first try failed, or broke
@@ -209,39 +252,64 @@ class Watchdog(threading.Thread):
                 if beat.goodbye:
                     self.goodbyes[rank] = Goodbye.read(beat.goodbye.encode())
         if not self._lost:
+            dead = self._hub.dead() if self._hub is not None else {}
             for rank in range(1, self.nnodes):
                 age = now - self._seen.get(rank, ("", started))[1]
-                if rank not in self.goodbyes and age >= self._limit:
+                if rank not in self.goodbyes and (age >= self._limit or rank in dead):
                     self._lost.append((rank, age))
+                    if rank in dead:
+                        self._closed.add(rank)
         if self.hang_timeout > 0 and not self._lost:
             self._judge_hang(store, now)
+        self._judge_rounds(store)
         self._publish(store, now)
         if self._lost:
             rank, age = self._lost[0]
-            return Event(EventKind.NODE_LOST, node_lost_line(rank, self.hosts.get(rank, "?"),
-                                                             age), node=rank)
+            return Event(EventKind.NODE_LOST, node_lost_line(
+                rank, self.hosts.get(rank, "?"), age, closed=rank in self._closed), node=rank)
         return self._peer_failed() or self._act_on_hang(store)
+
+    def _judge_rounds(self, store: BoundedStore) -> None:
+        """Has some node arrived at the round after the one the workers run in (its workers
+        failed and its agent restarts them)? One counter read a beat."""
+        rounds = self.rounds
+        if rounds is None:
+            return
+        with rounds.lock:
+            rounds.goodbyes = {r: str(g) for r, g in self.goodbyes.items()}
+            current = rounds.current
+        if current >= 0 and int(store.add(protocol.round_arrived_key(current + 1), 0)) > 0:
+            with rounds.lock:
+                rounds.wanted = max(rounds.wanted, current + 1)
 
     def _publish(self, store: BoundedStore, now: float) -> None:
         hang = self._hang or {}
+        wanted = self.rounds.wanted if self.rounds is not None else 0
         store.set(protocol.WATCH, protocol.Watch(
             self._beat, tuple(self._lost), {r: str(g.value if isinstance(g, Goodbye) else g)
                                             for r, g in self.goodbyes.items()},
-            self._gen, bool(hang), hang.get("verdict")).encode())
+            self._gen, bool(hang), hang.get("verdict"), wanted,
+            tuple(sorted(self._closed))).encode())
 
     # -- every other node: beat, read node 0's watch ----------------------------------------
     def _member(self, store: BoundedStore, now: float) -> Event | None:
         store.set(protocol.heartbeat_key(self.node_rank),
                   protocol.Heartbeat(self._beat).encode())
+        if self._link is None:
+            self._open_link(store)
         watch = protocol.Watch.decode(store.get(protocol.WATCH))
         if self._watch is None or watch.beat != self._watch.beat:
             self._watch_at = now
         self._watch = watch
         self.goodbyes = {r: Goodbye.read(g.encode()) for r, g in watch.goodbyes.items()}
+        if self.rounds is not None:
+            with self.rounds.lock:
+                self.rounds.wanted = max(self.rounds.wanted, watch.round)
+                self.rounds.goodbyes = dict(watch.goodbyes)
         if watch.lost:
             rank, age = watch.lost[0]
             return Event(EventKind.NODE_LOST, node_lost_line(
-                rank, self.hosts.get(rank, "?"), age), node=rank)
+                rank, self.hosts.get(rank, "?"), age, closed=rank in watch.closed), node=rank)
         if 0 not in self.goodbyes and now - self._watch_at >= self._limit:
             return Event(EventKind.NODE_LOST, node_lost_line(
                 0, self.hosts.get(0, "?"), now - self._watch_at, store_host=True), node=0)
@@ -255,6 +323,42 @@ class Watchdog(threading.Thread):
             store.add(protocol.hang_seen_key(self._gen), 1)
             return self._act(watch.verdict)
         return None
+
+    # -- liveness links (meshrun.runtime.links) ---------------------------------------------
+    def _open_hub(self) -> None:
+        """Node 0: listen for every node's link and publish where (nothing when it cannot:
+        the heartbeats alone judge then)."""
+        from .links import Hub
+
+        store = self._store
+        try:
+            hub = Hub(self.host, on_change=self._wake.set)
+            hub.start()
+            if store is not None:
+                store.set(protocol.LINKS, protocol.Endpoint(self.host, hub.port).encode())
+            self._hub = hub
+        except Exception:  # noqa: BLE001, S110 - links only speed detection up
+            pass
+
+    def _open_link(self, store: BoundedStore) -> None:
+        """The others: open this node's link once node 0 has published its listener (one
+        check a beat until then)."""
+        from .links import Link
+
+        if not store.check([protocol.LINKS]):
+            return
+        where = protocol.Endpoint.decode(store.get(protocol.LINKS))
+        try:
+            link = Link(where.host, where.port, self.node_rank, on_change=self._wake.set)
+            link.start()
+            self._link = link
+        except OSError:
+            self._link = False  # not reachable: the heartbeats alone judge node 0
+
+    def _node_0_died(self) -> bool:
+        """Node 0's end of this node's link closed without its goodbye: its agent died."""
+        link = self._link
+        return bool(link) and link.died_at is not None and 0 not in self.goodbyes
 
     def _peer_failed(self) -> Event | None:
         failed = sorted(r for r, status in self.goodbyes.items()
@@ -367,10 +471,7 @@ class Watchdog(threading.Thread):
         folder = self.log_dir
         sizes = {r: _size(os.path.join(folder, "stacks", f"rank{r}.txt")) for r in pids}
         for pid in pids.values():
-            try:
-                os.kill(pid, signal.SIGUSR1)
-            except OSError:
-                pass
+            self.send_signal(pid, signal.SIGUSR1)
         time.sleep(1.5)  # let faulthandler write
         out = []
         for rank, pid in sorted(pids.items()):

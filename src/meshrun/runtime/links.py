@@ -1,0 +1,180 @@
+"""Liveness links: one idle TCP connection from every node's agent to node 0's, so that a
+killed node is named in about a second instead of after its heartbeat's silence.
+
+When a process dies (SIGKILL, a crash, the OOM killer), its kernel closes its sockets: the
+other end reads end-of-file at once. Node 0's :class:`Hub` listens on a port the kernel
+picks (published as ``meshrun/links``, :class:`meshrun.protocol.Endpoint`) and watches
+every node's :class:`Link` with one selector; each link carries the node's rank when it
+opens and one byte when the node ends in order (its :class:`~meshrun.runtime.events.Goodbye`,
+after the goodbye heartbeat). A link that closes without that byte is a node whose agent
+died. Node 0's end does the same the other way: every node learns at once that node 0's
+agent died.
+
+What a link cannot see: a frozen host or a cut cable send nothing at all, so those are
+still found by the heartbeats (``--node-timeout``). A link that never opened (a firewall)
+only means the heartbeats alone judge that node.
+"""
+
+from __future__ import annotations
+
+import selectors
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable
+
+_HEADER = struct.Struct("!I")   # the node rank, when a link opens
+_CONNECT_S = 3.0
+
+
+class Hub(threading.Thread):
+    """Node 0's end: accepts links, reads their goodbyes, notes the ones that died."""
+
+    def __init__(self, host: str, *, on_change: Callable[[], None] = lambda: None) -> None:
+        super().__init__(name="meshrun-links", daemon=True)
+        self._server = socket.create_server((host, 0), backlog=1024)
+        self._server.setblocking(False)
+        self.port = self._server.getsockname()[1]
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self._server, selectors.EVENT_READ, None)
+        self._lock = threading.Lock()
+        self._conns: dict[int, socket.socket] = {}      # rank -> its link
+        self.goodbyes: dict[int, str] = {}              # rank -> the byte it sent, decoded
+        self.died: dict[int, float] = {}                # rank -> when its link closed bare
+        self._halt = False
+        self._on_change = on_change
+
+    def run(self) -> None:
+        pending: dict[socket.socket, bytes] = {}       # accepted, rank not read yet
+        while not self._halt:
+            try:
+                ready = self._selector.select(0.5)
+            except (OSError, ValueError):
+                return
+            for key, _ in ready:
+                sock = key.fileobj
+                if sock is self._server:
+                    try:
+                        conn, _ = self._server.accept()
+                    except OSError:
+                        continue
+                    conn.setblocking(False)
+                    pending[conn] = b""
+                    self._selector.register(conn, selectors.EVENT_READ, None)
+                    continue
+                assert isinstance(sock, socket.socket)
+                try:
+                    data = sock.recv(64)
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    data = b""
+                if sock in pending:
+                    pending[sock] += data
+                    if data and len(pending[sock]) < _HEADER.size:
+                        continue
+                    header = pending.pop(sock)
+                    if len(header) < _HEADER.size:
+                        self._forget(sock)
+                        continue
+                    rank = _HEADER.unpack(header[:_HEADER.size])[0]
+                    with self._lock:
+                        self._conns[rank] = sock
+                    data = header[_HEADER.size:]
+                    if not data:
+                        continue
+                self._read(sock, data)
+
+    def _read(self, sock: socket.socket, data: bytes) -> None:
+        with self._lock:
+            rank = next((r for r, s in self._conns.items() if s is sock), None)
+        if rank is None:
+            self._forget(sock)
+            return
+        if data:
+            with self._lock:
+                self.goodbyes[rank] = data[:1].decode(errors="replace")
+            self._on_change()
+            return
+        self._forget(sock)
+        with self._lock:
+            self._conns.pop(rank, None)
+            if rank not in self.goodbyes:
+                self.died[rank] = time.monotonic()
+        self._on_change()
+
+    def _forget(self, sock: socket.socket) -> None:
+        try:
+            self._selector.unregister(sock)
+        except (KeyError, ValueError):
+            pass
+        sock.close()
+
+    def linked(self) -> set[int]:
+        with self._lock:
+            return set(self._conns)
+
+    def dead(self) -> dict[int, float]:
+        """rank -> when its link closed without a goodbye."""
+        with self._lock:
+            return dict(self.died)
+
+    def close(self, goodbye: str) -> None:
+        """Node 0 ends: one byte (its goodbye) on every link, then close them all."""
+        self._halt = True
+        with self._lock:
+            conns = list(self._conns.values())
+            self._conns.clear()
+        for conn in conns:
+            try:
+                conn.send(goodbye.encode()[:1] or b"?")
+            except OSError:
+                pass
+        self.join(2.0)
+        for conn in conns:
+            conn.close()
+        self._server.close()
+        self._selector.close()
+
+
+class Link(threading.Thread):
+    """Every other node's end: opens the link and waits for node 0's byte or its end."""
+
+    def __init__(self, host: str, port: int, rank: int, *,
+                 on_change: Callable[[], None] = lambda: None) -> None:
+        super().__init__(name="meshrun-link", daemon=True)
+        self._sock = socket.create_connection((host, port), timeout=_CONNECT_S)
+        self._sock.sendall(_HEADER.pack(rank))
+        self._sock.settimeout(None)
+        self.goodbye: str | None = None   # node 0's goodbye, when it sent one
+        self.died_at: float | None = None  # when node 0's end closed without one
+        self._closing = False
+        self._on_change = on_change
+
+    def run(self) -> None:
+        try:
+            data = self._sock.recv(64)
+        except OSError:
+            data = b""
+        if self._closing:
+            return
+        if data:
+            self.goodbye = data[:1].decode(errors="replace")
+        else:
+            self.died_at = time.monotonic()
+        self._on_change()
+
+    def close(self, goodbye: str) -> None:
+        """This node ends: its goodbye byte, then the link closes."""
+        self._closing = True
+        try:
+            self._sock.sendall(goodbye.encode()[:1] or b"?")
+        except OSError:
+            pass
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._sock.close()
+        self.join(1.0)

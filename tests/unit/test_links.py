@@ -1,0 +1,126 @@
+"""Liveness links (runtime/links.py): a node whose agent process dies is named in about a
+second, long before its heartbeat's silence would count (node timeout 30 s here); a node
+that ends in order is not. Real processes, killed with SIGKILL."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from datetime import timedelta
+
+from meshrun import protocol
+from meshrun.runtime.events import EventKind
+
+NODE = textwrap.dedent("""
+    import sys, time
+    from meshrun.runtime.watchdog import Watchdog
+    port, node, nnodes = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+    dog = Watchdog(host="127.0.0.1", port=port, node_rank=node, nnodes=nnodes,
+                   world_size=nnodes, hosts={r: f"h{r}" for r in range(nnodes)},
+                   node_timeout=30.0, hang_timeout=0, interval=0.2,
+                   on_event=lambda e: print("EVENT", e.line, flush=True))
+    dog.start()
+    print("started", flush=True)
+    line = sys.stdin.readline()          # "stop" or EOF: end in order
+    dog.stop("done")
+    print("stopped", flush=True)
+""")
+
+
+def _master(nnodes: int):
+    from torch.distributed import TCPStore
+
+    master = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                      timeout=timedelta(seconds=5))
+    master.set(protocol.WATCH, protocol.Watch(0).encode())
+    for node in range(nnodes):
+        master.set(protocol.heartbeat_key(node), protocol.Heartbeat(0).encode())
+    return master
+
+
+def _node(port: int, node: int, nnodes: int) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-c", NODE, str(port), str(node), str(nnodes)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "started"
+    return proc
+
+
+def _dog(port: int, node: int, nnodes: int, events: list):
+    from meshrun.runtime.watchdog import Watchdog
+
+    dog = Watchdog(host="127.0.0.1", port=port, node_rank=node, nnodes=nnodes,
+                   world_size=nnodes, hosts={r: f"h{r}" for r in range(nnodes)},
+                   node_timeout=30.0, hang_timeout=0, interval=0.2, on_event=events.append)
+    dog.start()
+    return dog
+
+
+def _until(predicate, seconds: float) -> bool:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end and not predicate():
+        time.sleep(0.02)
+    return predicate()
+
+
+def test_a_killed_node_is_named_by_node_0_and_the_others_within_two_seconds():
+    master = _master(3)
+    events0: list = []
+    dog0 = _dog(master.port, 0, 3, events0)
+    events2: list = []
+    dog2 = _dog(master.port, 2, 3, events2)
+    victim = _node(master.port, 1, 3)
+    try:
+        assert _until(lambda: dog0._hub is not None and dog0._hub.linked() == {1, 2}, 5)
+        killed = time.monotonic()
+        os.kill(victim.pid, signal.SIGKILL)
+        assert _until(lambda: events0 and events2, 5), (events0, events2)
+        named0, named2 = events0[0], events2[0]
+        took = time.monotonic() - killed
+        assert named0.kind == EventKind.NODE_LOST and named0.node == 1
+        assert named2.kind == EventKind.NODE_LOST and named2.node == 1
+        assert "its agent's connection closed without a goodbye" in named2.line, named2.line
+        assert took < 2.0, took    # the heartbeat alone would take the 30 s node timeout
+    finally:
+        victim.kill()
+        victim.wait()
+        dog2.stop("stopped")
+        dog0.stop("stopped")
+
+
+def test_a_killed_node_0_is_named_by_every_other_node_within_two_seconds():
+    master = _master(2)   # this process hosts the store; node 0's agent is a process
+    events: list = []
+    node0 = _node(master.port, 0, 2)
+    dog1 = _dog(master.port, 1, 2, events)
+    try:
+        assert _until(lambda: bool(dog1._link), 5)
+        killed = time.monotonic()
+        os.kill(node0.pid, signal.SIGKILL)
+        assert _until(lambda: events, 5)
+        assert time.monotonic() - killed < 2.0
+        assert events[0].node == 0 and events[0].kind == EventKind.STORE_LOST
+        assert "which hosts the job's store, is lost" in events[0].line
+    finally:
+        node0.kill()
+        node0.wait()
+        dog1.stop("stopped")
+
+
+def test_a_node_that_ends_in_order_is_not_lost():
+    master = _master(2)
+    events0: list = []
+    dog0 = _dog(master.port, 0, 2, events0)
+    member = _node(master.port, 1, 2)
+    try:
+        assert _until(lambda: dog0._hub is not None and dog0._hub.linked() == {1}, 5)
+        out, _ = member.communicate("stop\n", timeout=20)
+        assert "stopped" in out and "EVENT" not in out
+        time.sleep(1.0)
+        assert events0 == [] and dog0.goodbyes.get(1) == "done"
+    finally:
+        member.kill()
+        dog0.stop("done")

@@ -1,0 +1,121 @@
+"""meshrun's rank-pinned rendezvous rounds (runtime/rendezvous.py) against a real TCPStore
+in this process: every node gets the round and node 0's workers' endpoint, a round that
+cannot form ends with one line, and node 0's watchdog tells the others of a newer round."""
+
+import threading
+import time
+from datetime import timedelta
+from types import SimpleNamespace
+
+import pytest
+
+from meshrun import protocol
+from meshrun.runtime.rendezvous import RoundError, Rounds, next_round
+from meshrun.runtime.store import BoundedStore
+
+
+@pytest.fixture
+def master():
+    from torch.distributed import TCPStore
+
+    store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                     timeout=timedelta(seconds=5))
+    yield store
+
+
+def _client(master):
+    from torch.distributed import TCPStore
+
+    return BoundedStore(TCPStore("127.0.0.1", master.port, is_master=False,
+                                 timeout=timedelta(seconds=5)), 5.0)
+
+
+def _plan(node: int, nnodes: int, join_timeout: int = 10):
+    return SimpleNamespace(node_rank=node, nnodes=nnodes, is_master=node == 0,
+                           join_timeout=join_timeout)
+
+
+def _round_on_threads(master, nnodes, rounds, hosted):
+    results: dict[int, object] = {}
+
+    def node(n):
+        calls = _client(master)
+        try:
+            results[n] = next_round(calls, _plan(n, nnodes), rounds[n], host_workers=hosted)
+        except Exception as exc:  # noqa: BLE001 - the test reads it
+            results[n] = exc
+        finally:
+            calls.close(1.0)  # a serving thread left alive would make meshrun's CLI exit hard
+
+    threads = [threading.Thread(target=node, args=(n,)) for n in range(nnodes)]
+    for n, t in enumerate(threads):
+        t.start()
+        time.sleep(0.05 * (nnodes - n))   # node 0 is not first: the others wait for it
+    for t in threads:
+        t.join(20)
+    return results
+
+
+def test_every_node_gets_the_round_and_node_0s_endpoint_and_the_next_round_forms_too(master):
+    rounds = [Rounds() for _ in range(4)]
+    ports = iter(range(50001, 50010))
+    hosted = lambda: protocol.Endpoint("127.0.0.1", next(ports))  # noqa: E731
+    first = _round_on_threads(master, 4, rounds, hosted)
+    assert first == {n: (0, protocol.Endpoint("127.0.0.1", 50001)) for n in range(4)}
+    assert [r.current for r in rounds] == [0, 0, 0, 0]
+    second = _round_on_threads(master, 4, rounds, hosted)
+    assert second == {n: (1, protocol.Endpoint("127.0.0.1", 50002)) for n in range(4)}
+    assert int(master.add(protocol.round_arrived_key(1), 0)) == 4
+
+
+def test_a_round_missing_a_node_ends_at_the_join_timeout_with_the_count(master):
+    start = time.monotonic()
+    calls = _client(master)
+    with pytest.raises(RoundError) as info:
+        next_round(calls, _plan(0, 3, join_timeout=2), Rounds(),
+                   host_workers=lambda: protocol.Endpoint("127.0.0.1", 1))
+    calls.close(1.0)
+    assert str(info.value) == "rendezvous round 0: only 1 of 3 nodes arrived within 2 s"
+    assert time.monotonic() - start < 5
+
+
+def test_a_restart_round_ends_at_once_when_a_node_already_said_goodbye(master):
+    rounds = Rounds()
+    rounds.current = 0                 # this node's workers ran round 0 and failed
+    rounds.goodbyes = {1: "done"}      # node 1 finished: it will never arrive
+    start = time.monotonic()
+    calls = _client(master)
+    with pytest.raises(RoundError, match=r"restart round 1 cannot gather every node: "
+                                         r"node\(s\) 1 already ended"):
+        next_round(calls, _plan(0, 2, join_timeout=60), rounds,
+                   host_workers=lambda: protocol.Endpoint("127.0.0.1", 1))
+    calls.close(1.0)
+    assert time.monotonic() - start < 3
+
+
+def test_node_0s_watchdog_tells_the_other_nodes_a_newer_round_is_waiting(master):
+    from meshrun.runtime.watchdog import Watchdog
+
+    master.set(protocol.WATCH, protocol.Watch(0).encode())
+    for node in range(2):
+        master.set(protocol.heartbeat_key(node), protocol.Heartbeat(0).encode())
+    rounds = [Rounds(), Rounds()]
+    for r in rounds:
+        r.current = 0                  # both nodes' workers run round 0
+    dogs = [Watchdog(host="127.0.0.1", port=master.port, node_rank=n, nnodes=2, world_size=2,
+                     hosts={0: "h0", 1: "h1"}, node_timeout=5.0, hang_timeout=0,
+                     interval=0.2, on_event=lambda e: None, rounds=rounds[n])
+            for n in range(2)]
+    for dog in dogs:
+        dog.start()
+    try:
+        time.sleep(0.6)
+        assert [r.wanted for r in rounds] == [0, 0]    # nobody waits: no restart
+        master.add(protocol.round_arrived_key(1), 1)  # node 0's workers failed: it arrives
+        end = time.monotonic() + 5
+        while rounds[1].wanted < 1 and time.monotonic() < end:
+            time.sleep(0.05)
+        assert rounds[1].wanted == 1 and rounds[0].wanted == 1
+    finally:
+        for dog in dogs:
+            dog.stop("done")
