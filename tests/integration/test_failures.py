@@ -127,6 +127,32 @@ def test_lost_store_host_is_named_by_the_survivor(tmp_path):
         _cleanup(procs, pids)
 
 
+def test_frozen_store_host_is_named_within_the_node_timeout(tmp_path):
+    """Node 0's agent and workers frozen (SIGSTOP): its kernel still accepts connections
+    into the store's listen queue but nothing answers, the case where a TCPStore client's
+    handshake waits forever. Node 1 must name node 0 within --node-timeout + a few beats."""
+    procs, pids = _start(tmp_path, "--node-timeout", "5", "--hang-timeout", "0")
+    frozen = [procs[0].pid, pids[0], pids[1]]
+    try:
+        time.sleep(1.0)
+        for pid in frozen:
+            os.kill(pid, signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        rc = procs[1].wait(timeout=60)
+        took = time.monotonic() - stopped_at
+        out = (tmp_path / "node1.out").read_text()
+        assert rc == 4, out[-3000:]
+        assert "node 0 (" in out and "which hosts the job's store, is lost" in out, out[-3000:]
+        assert took < 5 + 8, took
+    finally:
+        for pid in frozen:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except OSError:
+                pass
+        _cleanup(procs, pids)
+
+
 def test_stopped_worker_is_reported_as_the_hang(tmp_path):
     procs, pids = _start(tmp_path, "--node-timeout", "30", "--hang-timeout", "4")
     try:

@@ -57,9 +57,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _exit_if_stuck(code: int) -> int:
     """Exit at once when a thread would stop or spoil the interpreter's exit.
 
-    - a store call of the watchdog still stuck (its host vanished): a daemon thread inside
-      a C++ call at interpreter shutdown aborts the process (SIGABRT, "terminate called
-      without an active exception") and would hide ``code``;
+    - a store call of the watchdog still stuck (its host vanished), or the watchdog thread
+      itself still inside a TCPStore connection attempt (a loaded host, node 0 gone): a
+      daemon thread inside a C++ call at interpreter shutdown aborts the process (SIGABRT,
+      "terminate called without an active exception") and would hide ``code``;
     - any other non-daemon thread still running, such as torch's ``TailLog`` readers that
       its agent leaves running when a second signal interrupts its shutdown: the
       interpreter would wait for them forever, and the node's agent would linger after
@@ -68,7 +69,7 @@ def _exit_if_stuck(code: int) -> int:
 
     main_thread = threading.main_thread()
     if any(t.is_alive() and t is not main_thread
-           and (t.name == "meshrun-store-calls" or not t.daemon)
+           and (t.name in ("meshrun-store-calls", "meshrun-watchdog") or not t.daemon)
            for t in threading.enumerate()):
         sys.stdout.flush()
         sys.stderr.flush()

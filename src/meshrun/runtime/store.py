@@ -90,6 +90,7 @@ def open_store(plan: LaunchPlan, *, clock: Callable[[], float] = time.monotonic)
     _resolve(plan, deadline, clock)
     started = clock()
     last_note = started
+    attempt: StoreConnect | None = None
     while True:
         try:
             # A plain TCP connect first: refused at once while node 0 is not up yet, where
@@ -97,8 +98,16 @@ def open_store(plan: LaunchPlan, *, clock: Callable[[], float] = time.monotonic)
             left = max(0.1, deadline - clock())
             socket.create_connection((plan.master_addr, plan.master_port),
                                      timeout=min(_ATTEMPT_S, left)).close()
-            store = TCPStore(plan.master_addr, plan.master_port, is_master=False,
-                             timeout=timedelta(seconds=min(_ATTEMPT_S, left)))
+            # The handshake on a thread: against a frozen node 0 (its kernel still accepts)
+            # it would wait forever; one attempt at a time, waited for at most this slice.
+            if attempt is None:
+                attempt = StoreConnect(plan.master_addr, plan.master_port, min(_ATTEMPT_S, left))
+            attempt.join(min(_ATTEMPT_S, left))
+            if attempt.is_alive():
+                raise TimeoutError("node 0's store accepted the connection but did not answer")
+            store, error, attempt = attempt.store, attempt.error, None
+            if store is None:
+                raise error or TimeoutError("no connection")
             break
         except (RuntimeError, ValueError, OSError, TimeoutError) as exc:
             now = clock()
@@ -330,5 +339,32 @@ class BoundedStore:
         return self._call("compare_set", key, expected, desired)
 
     def wait(self, keys: list[str], timeout: timedelta) -> None:
-        """torch's ``wait`` (it raises when ``timeout`` passes), given one more second here."""
-        self._call("wait", keys, timeout, timeout=timeout.total_seconds() + 1.0)
+        """torch's ``wait`` (it raises when ``timeout`` passes); here it may take ``timeout``
+        plus the bound of one call (on a loaded host the answer to a 1 s wait can come
+        seconds late: that is not a stuck store)."""
+        self._call("wait", keys, timeout, timeout=timeout.total_seconds() + self.timeout)
+
+
+class StoreConnect(threading.Thread):
+    """One TCPStore client connection attempt on a thread of its own: TCPStore's handshake
+    has no deadline, so against a frozen host (its kernel still accepts into the listen
+    queue) it would wait forever. The caller waits on it as long as it likes (``join``),
+    then reads ``store`` (None on failure: ``error`` says why). Named like the store-call
+    threads, so ``meshrun.cli`` exits past one still stuck inside C++."""
+
+    def __init__(self, host: str, port: int, timeout: float) -> None:
+        super().__init__(name="meshrun-store-calls", daemon=True)
+        self.host, self.port, self.timeout = host, port, timeout
+        self.store: Any = None
+        self.error: BaseException | None = None
+        self.start()
+
+    def run(self) -> None:
+        from torch.distributed import TCPStore
+
+        try:
+            self.store = TCPStore(self.host, self.port, is_master=False,
+                                  timeout=timedelta(seconds=self.timeout),
+                                  wait_for_workers=False)
+        except Exception as exc:  # noqa: BLE001 - handed to the caller
+            self.error = exc

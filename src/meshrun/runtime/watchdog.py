@@ -56,7 +56,6 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Mapping
-from datetime import timedelta
 from typing import Any
 
 from .. import protocol
@@ -72,7 +71,7 @@ from .events import (
     restart_verdict,
     stuck_ranks,
 )
-from .store import BoundedStore
+from .store import BoundedStore, StoreConnect
 
 
 def _size(path: str) -> int:
@@ -115,6 +114,7 @@ class Watchdog(threading.Thread):
         self._hub: Any = None            # node 0: meshrun.runtime.links.Hub
         self._link: Any = None           # the others: meshrun.runtime.links.Link
         self._closed: set[int] = set()   # node 0: lost nodes whose link closed bare
+        self._connecting: StoreConnect | None = None  # a connection attempt still under way
         self._lock = threading.Lock()    # guards _store: the agent's thread reads it too
         self._store: BoundedStore | None = None
         self._patience = max(2.0, interval * 3)  # how long one store call may take
@@ -197,7 +197,7 @@ class Watchdog(threading.Thread):
         self._local_failure = True  # a failed node of its own: another's failure is no news
 
     def run(self) -> None:
-        self._set_store(self._connect())
+        self._set_store(self._connect(first=True))
         started = store_ok_at = self._watch_at = time.monotonic()
         if self.node_rank == 0:
             self._open_hub()
@@ -535,22 +535,35 @@ class Watchdog(threading.Thread):
             return store.multi_get(keys)
         return [store.get(k) if store.check([k]) else b"" for k in keys]
 
-    def _connect(self) -> BoundedStore | None:
-        """A client of the job's store, every call bounded; None when it cannot be had now."""
-        import socket
+    def _connect(self, first: bool = False) -> BoundedStore | None:
+        """A client of the job's store, every call bounded; None when it cannot be had now.
 
-        from torch.distributed import TCPStore
+        The connection is made on a thread of its own, waited for at most one call's bound
+        (the first, made right after the join, up to 10 s: on a host running many agents
+        the handshake alone can take seconds). TCPStore's handshake has no deadline of its
+        own: against a frozen host, whose kernel still accepts into the listen queue, it
+        waits forever; such an attempt is left to itself (one at a time; the process
+        exits past it, see ``meshrun.cli``) and the beat goes on as a failed one."""
+        import socket
 
         try:
             # A plain connect first: refused at once when the store's host is gone, where a
             # TCPStore client would retry for its whole timeout and print C++ frames.
             socket.create_connection((self.host, self.port),
                                      timeout=min(1.0, self._patience)).close()
-            return BoundedStore(TCPStore(self.host, self.port, is_master=False,
-                                         timeout=timedelta(seconds=self._patience),
-                                         wait_for_workers=False), self._patience)
-        except Exception:  # noqa: BLE001
+        except OSError:
             return None
+        wait = max(self._patience, 10.0) if first else self._patience
+        attempt = self._connecting
+        if attempt is None:
+            attempt = self._connecting = StoreConnect(self.host, self.port, wait)
+        attempt.join(wait)
+        if attempt.is_alive():
+            return None  # still in the handshake: a failed beat; looked at again next time
+        self._connecting = None
+        if attempt.store is None:
+            return None
+        return BoundedStore(attempt.store, self._patience)
 
     def _set_store(self, store: BoundedStore | None) -> BoundedStore | None:
         with self._lock:
