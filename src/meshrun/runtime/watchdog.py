@@ -518,8 +518,12 @@ class Watchdog(threading.Thread):
         return all(r in said for r in range(self.nnodes) if r != self.node_rank)
 
     def _everyone_said_goodbye(self, store: BoundedStore) -> bool:
-        """Node 0, its watchdog stopped: read the heartbeats itself."""
-        keys = [protocol.heartbeat_key(r) for r in range(1, self.nnodes)]
+        """Node 0, its watchdog stopped: read the heartbeats itself (not the lost nodes':
+        no goodbye will come from them)."""
+        lost = {rank for rank, _ in self._lost}
+        keys = [protocol.heartbeat_key(r) for r in range(1, self.nnodes) if r not in lost]
+        if not keys:
+            return True
         return all(protocol.Heartbeat.decode(raw).goodbye
                    for raw in self._read_all(store, keys) if raw)
 
