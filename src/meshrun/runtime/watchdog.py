@@ -85,6 +85,17 @@ def _size(path: str) -> int:
 _PROBE_WAIT_S = 6.5  # how long node 0 waits for every node's probe (a stack dump takes 1.5 s)
 
 
+_FIRST_CONNECT_S = 10.0  # a watchdog's first connection may take this long (a loaded host)
+
+
+def _never_beat(value: str) -> bool:
+    """A heartbeat still as the join wrote it (beat 0): its watchdog has not connected."""
+    try:
+        return not value or protocol.Heartbeat.decode(value).beat == 0
+    except ValueError:
+        return False
+
+
 class Watchdog(threading.Thread):
     def __init__(self, *, host: str, port: int, node_rank: int, nnodes: int, world_size: int,
                  hosts: Mapping[int, str], node_timeout: float, hang_timeout: float,
@@ -224,7 +235,7 @@ class Watchdog(threading.Thread):
                 else:
                     event = self._member(store, now)
                 store_ok_at = now
-            except Exception:  # noqa: BLE001 - the store host is gone or frozen
+            except Exception as exc:  # noqa: BLE001 - the store host is gone or frozen
                 now = time.monotonic()  # the failed calls may have taken seconds
                 if self.node_rank != 0 and self.goodbyes.get(0) == Goodbye.FAILED \
                         and not self._local_failure:
@@ -235,7 +246,10 @@ class Watchdog(threading.Thread):
                     self._fire(Event(EventKind.STORE_LOST, node_lost_line(
                         0, self.hosts.get(0, "?"), now - store_ok_at, store_host=True), node=0))
                     return
-                self._drop_store()  # a broken connection: a fresh one on the next beat
+                if not (isinstance(exc, TimeoutError) and store is not None and store.stuck):
+                    self._drop_store()  # a broken connection: a fresh one on the next beat
+                # else a call is only slow (a loaded host): keep the connection; later calls
+                # fail at once until it returns (a new handshake would cost more)
                 continue
             if event is not None:
                 self._fire(event)
@@ -254,8 +268,11 @@ class Watchdog(threading.Thread):
         if not self._lost:
             dead = self._hub.dead() if self._hub is not None else {}
             for rank in range(1, self.nnodes):
-                age = now - self._seen.get(rank, ("", started))[1]
-                if rank not in self.goodbyes and (age >= self._limit or rank in dead):
+                value, since = self._seen.get(rank, ("", started))
+                age = now - since
+                # a node that has not beaten yet may still be making its first connection
+                limit = self._limit + (_FIRST_CONNECT_S if _never_beat(value) else 0.0)
+                if rank not in self.goodbyes and (age >= limit or rank in dead):
                     self._lost.append((rank, age))
                     if rank in dead:
                         self._closed.add(rank)
@@ -310,7 +327,8 @@ class Watchdog(threading.Thread):
             rank, age = watch.lost[0]
             return Event(EventKind.NODE_LOST, node_lost_line(
                 rank, self.hosts.get(rank, "?"), age, closed=rank in watch.closed), node=rank)
-        if 0 not in self.goodbyes and now - self._watch_at >= self._limit:
+        first = _FIRST_CONNECT_S if watch.beat == 0 else 0.0  # node 0 not connected yet
+        if 0 not in self.goodbyes and now - self._watch_at >= self._limit + first:
             return Event(EventKind.NODE_LOST, node_lost_line(
                 0, self.hosts.get(0, "?"), now - self._watch_at, store_host=True), node=0)
         event = self._peer_failed()
@@ -557,7 +575,7 @@ class Watchdog(threading.Thread):
                                      timeout=min(1.0, self._patience)).close()
         except OSError:
             return None
-        wait = max(self._patience, 10.0) if first else self._patience
+        wait = max(self._patience, _FIRST_CONNECT_S) if first else self._patience
         attempt = self._connecting
         if attempt is None:
             attempt = self._connecting = StoreConnect(self.host, self.port, wait)
