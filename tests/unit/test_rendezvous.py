@@ -119,3 +119,34 @@ def test_node_0s_watchdog_tells_the_other_nodes_a_newer_round_is_waiting(master)
     finally:
         for dog in dogs:
             dog.stop("done")
+
+
+def test_the_workers_store_is_bound_before_its_port_is_published(master):
+    """The old way took a free port (bind, release), published it, and bound it again
+    seconds later: anything else on the host could take it in between. The round's store
+    is now listening, on a port the kernel picked, before any node can read the port."""
+    import errno
+    import socket
+
+    from meshrun.runtime.rendezvous import _handler
+    from meshrun.runtime.store import JobStore
+
+    job = JobStore(master, master.port, True)
+    plan = SimpleNamespace(node_rank=0, nnodes=1, is_master=True, join_timeout=5,
+                           master_addr="127.0.0.1", run_id="r")
+    handler = _handler(job, plan, Rounds())
+    try:
+        info = handler.next_rendezvous()
+        published = protocol.Endpoint.decode(master.get(protocol.round_workers_key(0)))
+        assert (info.bootstrap_store_info.master_addr,
+                info.bootstrap_store_info.master_port) == (published.host, published.port)
+        assert (info.rank, info.world_size) == (0, 1)
+        taker = socket.socket()
+        with pytest.raises(OSError) as taken:
+            taker.bind(("127.0.0.1", published.port))   # nobody else can have it
+        taker.close()
+        assert taken.value.errno == errno.EADDRINUSE
+        socket.create_connection(("127.0.0.1", published.port), timeout=2).close()
+    finally:
+        handler.shutdown()
+        job.close_calls()
