@@ -303,6 +303,12 @@ def node_process(index: int, ranks: list[int], conf: Config, queue: Any, ctl: Co
     if conf.nodes - 1 in ranks:
         # The victim: SIGSTOPped now, SIGKILLed at the end. It must not wait on a shared
         # event: setting one waits for every sleeper to wake, and a stopped one never does.
+        # Nor hold the queue's shared write lock when stopped (its feeder thread takes it
+        # for every message; every other process's messages would then wait forever): flush
+        # and end the feeder first, then say so in a file the parent waits for.
+        queue.close()
+        queue.join_thread()
+        _victim_flag(os.getpid()).touch()
         while True:
             time.sleep(60)
     (ctl.stop_host if 0 in ranks else ctl.stop_members).wait()
@@ -329,6 +335,11 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def _victim_flag(pid: int) -> Path:
+    """The file the victim creates once its queue's feeder thread has ended."""
+    return Path(tempfile.gettempdir()) / f"scale_protocol.victim.{pid}"
 
 
 def local_names_only() -> None:
@@ -449,6 +460,9 @@ class Run:
             load = os.getloadavg()
             self.pump(self.all_in("window"), 60, "the window's counts")
             victim = conf.nodes - 1
+            flag = _victim_flag(self.procs[victim_proc].pid)
+            self.pump(flag.exists, 60, "the victim to flush its messages")
+            flag.unlink()
             stopped = time.monotonic()
             os.kill(self.procs[victim_proc].pid, signal.SIGSTOP)
 

@@ -115,6 +115,11 @@ class Hub(threading.Thread):
         with self._lock:
             return set(self._conns)
 
+    def said(self) -> dict[int, str]:
+        """rank -> the goodbye byte its link carried (decoded)."""
+        with self._lock:
+            return dict(self.goodbyes)
+
     def dead(self) -> dict[int, float]:
         """rank -> when its link closed without a goodbye."""
         with self._lock:

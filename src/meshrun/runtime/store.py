@@ -268,6 +268,7 @@ class BoundedStore:
         self._store, self.timeout = store, timeout
         self._requests: Any = queue.SimpleQueue()
         self._stuck = threading.Event()
+        self._flag = threading.Lock()  # the stuck flag and a call's end, together
         self._thread = threading.Thread(target=self._serve, name="meshrun-store-calls",
                                         daemon=True)
         self._thread.start()
@@ -294,8 +295,10 @@ class BoundedStore:
                 box["value"] = call()
             except BaseException as exc:  # noqa: BLE001 - handed to the caller
                 box["error"] = exc
-            self._stuck.clear()
-            done.set()
+            with self._flag:  # with the caller's give-up: never "stuck" after it returned
+                box["finished"] = True
+                self._stuck.clear()
+                done.set()
 
     @property
     def stuck(self) -> bool:
@@ -310,9 +313,11 @@ class BoundedStore:
         limit = self.timeout if timeout is None else timeout
         self._requests.put((lambda: getattr(self._store, name)(*args), box, done))
         if not done.wait(limit):
-            self._stuck.set()
-            done.set()  # withdraws this request if it has not started
-            raise TimeoutError(f"store {name} did not return within {limit:.0f} s")
+            with self._flag:
+                if "finished" not in box:  # else it returned just now: take its answer
+                    self._stuck.set()
+                    done.set()  # withdraws this request if it has not started
+                    raise TimeoutError(f"store {name} did not return within {limit:.0f} s")
         if "error" in box:
             raise box["error"]
         return box.get("value")

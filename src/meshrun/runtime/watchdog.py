@@ -161,12 +161,17 @@ class Watchdog(threading.Thread):
         the goodbye goes over a fresh one."""
         self._halt.set()
         self._wake.set()
+        try:
+            self._goodbye(status)
+        finally:  # after the goodbye heartbeat (a bare close means death), even on a signal
+            self._close_links(status)
+
+    def _goodbye(self, status: Goodbye) -> None:
         if self.is_alive() and threading.current_thread() is not self:
             self.join(self.interval + self._patience + 1.0)
         self.mark_ended()
         store = self._usable_store()
         if store is None:
-            self._close_links(status)
             return
         try:
             goodbye = Goodbye(status).value
@@ -184,7 +189,6 @@ class Watchdog(threading.Thread):
                         time.sleep(0.1)
         except Exception:  # noqa: BLE001, S110 - the store may be gone; nothing to tell then
             pass
-        self._close_links(status)  # after the goodbye heartbeat: a bare close means death
         with self._lock:
             self._store = None
         store.close(self._patience)
@@ -219,6 +223,7 @@ class Watchdog(threading.Thread):
                 return
             now = time.monotonic()
             store = self._store
+            self._link_goodbyes()
             if self.node_rank != 0 and self._node_0_died():
                 self._fire(Event(EventKind.STORE_LOST, node_lost_line(
                     0, self.hosts.get(0, "?"), now - self._watch_at, store_host=True,
@@ -334,6 +339,9 @@ class Watchdog(threading.Thread):
         event = self._peer_failed()
         if event is not None or self.hang_timeout <= 0:
             return event
+        if watch.gen > self._gen:  # node 0 acted on a hang this node missed: catch up
+            self._gen = watch.gen
+            self._progress_seen.clear()
         if watch.gen == self._gen and watch.probe and self._probed_gen != self._gen:
             self._start_probe(store)
         if watch.gen == self._gen and watch.verdict is not None and self._acted_gen != self._gen:
@@ -352,9 +360,9 @@ class Watchdog(threading.Thread):
         try:
             hub = Hub(self.host, on_change=self._wake.set)
             hub.start()
+            self._hub = hub  # before publishing: a set that times out may still land
             if store is not None:
                 store.set(protocol.LINKS, protocol.Endpoint(self.host, hub.port).encode())
-            self._hub = hub
         except Exception:  # noqa: BLE001, S110 - links only speed detection up
             pass
 
@@ -372,6 +380,18 @@ class Watchdog(threading.Thread):
             self._link = link
         except OSError:
             self._link = False  # not reachable: the heartbeats alone judge node 0
+
+    def _link_goodbyes(self) -> None:
+        """Goodbyes that came over the links count as goodbyes (the heartbeat or the watch
+        carrying them may not have been read before the store went)."""
+        letters = {g.value[:1]: g for g in Goodbye}
+        if self._hub is not None:
+            for rank, letter in self._hub.said().items():
+                if rank not in self.goodbyes and letter in letters:
+                    self.goodbyes[rank] = letters[letter]
+        link = self._link
+        if link and link.goodbye in letters and 0 not in self.goodbyes:
+            self.goodbyes[0] = letters[link.goodbye]
 
     def _node_0_died(self) -> bool:
         """Node 0's end of this node's link closed without its goodbye: its agent died."""

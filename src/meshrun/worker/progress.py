@@ -32,6 +32,7 @@ _RECONNECT_S = 5.0   # after a failure, the next connection attempt
 class _Writer:
     def __init__(self, host: str, port: int, rank: str) -> None:
         self.host, self.port, self.key = host, port, progress_key(rank)
+        self.addresses: tuple[str, ...] = (host,)  # resolved on the writer's thread
         self.newest: tuple[int, float] | None = None
         self.wake = threading.Event()
         self.halt = threading.Event()
@@ -43,6 +44,9 @@ class _Writer:
         self.wake.set()
 
     def _run(self) -> None:
+        from ..sockets import resolve
+
+        self.addresses = tuple(resolve(self.host)) or (self.host,)  # for close(), not here
         store: Any = None
         retry_at = 0.0
         sent: tuple[int, float] | None = None
@@ -76,7 +80,7 @@ class _Writer:
         if self.thread.is_alive():
             from ..sockets import shut_connections
 
-            shut_connections(self.port, (self.host,))
+            shut_connections(self.port, self.addresses)
             self.thread.join(_TIMEOUT_S)
 
 
