@@ -81,15 +81,16 @@ class Hub(threading.Thread):
                     rank = _HEADER.unpack(header[:_HEADER.size])[0]
                     with self._lock:
                         self._conns[rank] = sock
+                    self._selector.modify(sock, selectors.EVENT_READ, rank)
                     data = header[_HEADER.size:]
                     if not data:
                         continue
-                self._read(sock, data)
+                self._read(sock, data, self._selector.get_key(sock).data)
 
-    def _read(self, sock: socket.socket, data: bytes) -> None:
+    def _read(self, sock: socket.socket, data: bytes, rank: int) -> None:
         with self._lock:
-            rank = next((r for r, s in self._conns.items() if s is sock), None)
-        if rank is None:
+            current = self._conns.get(rank) is sock  # not a link this rank has replaced
+        if not current:
             self._forget(sock)
             return
         if data:

@@ -251,6 +251,11 @@ def _first_line(exc: BaseException) -> str:
 
 # --- a client whose calls are bounded, and connections cut on purpose ---------------------
 
+class CallTimeout(TimeoutError):
+    """A :class:`BoundedStore` call gave up (or an earlier one is still stuck): the store
+    is slow, frozen or cut off. Not torch's own timeout of a ``wait``."""
+
+
 class BoundedStore:
     """A TCPStore client whose calls give up after ``timeout`` seconds.
 
@@ -259,7 +264,7 @@ class BoundedStore:
     connection (a cut link, a frozen host) such a call would block for TCP's
     retransmission timeout (~15 min). Calls here run one at a time on a daemon thread;
     the caller waits at most ``timeout``. After a call timed out the store counts as
-    broken: later calls fail at once (:class:`TimeoutError`) until the stuck call returns.
+    broken: later calls fail at once (:class:`CallTimeout`) until the stuck call returns.
     """
 
     def __init__(self, store: Any, timeout: float) -> None:
@@ -307,7 +312,7 @@ class BoundedStore:
 
     def _call(self, name: str, *args: Any, timeout: float | None = None) -> Any:
         if self._stuck.is_set():
-            raise TimeoutError(f"an earlier store call has not returned; {name} not sent")
+            raise CallTimeout(f"an earlier store call has not returned; {name} not sent")
         box: dict[str, Any] = {}
         done = threading.Event()
         limit = self.timeout if timeout is None else timeout
@@ -317,7 +322,7 @@ class BoundedStore:
                 if "finished" not in box:  # else it returned just now: take its answer
                     self._stuck.set()
                     done.set()  # withdraws this request if it has not started
-                    raise TimeoutError(f"store {name} did not return within {limit:.0f} s")
+                    raise CallTimeout(f"store {name} did not return within {limit:.0f} s")
         if "error" in box:
             raise box["error"]
         return box.get("value")

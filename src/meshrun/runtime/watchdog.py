@@ -71,7 +71,7 @@ from .events import (
     restart_verdict,
     stuck_ranks,
 )
-from .store import BoundedStore, StoreConnect
+from .store import BoundedStore, CallTimeout, StoreConnect
 
 
 def _size(path: str) -> int:
@@ -251,7 +251,7 @@ class Watchdog(threading.Thread):
                     self._fire(Event(EventKind.STORE_LOST, node_lost_line(
                         0, self.hosts.get(0, "?"), now - store_ok_at, store_host=True), node=0))
                     return
-                if not (isinstance(exc, TimeoutError) and store is not None and store.stuck):
+                if not (isinstance(exc, CallTimeout) and store is not None and store.stuck):
                     self._drop_store()  # a broken connection: a fresh one on the next beat
                 # else a call is only slow (a loaded host): keep the connection; later calls
                 # fail at once until it returns (a new handshake would cost more)
