@@ -251,6 +251,13 @@ def _worker(scenario: str, tmp: Path) -> None:
         time.sleep(0.1)
     dist.barrier()  # both are out of every collective now: leave together
     dist.destroy_process_group()
+    # and exit only once both have torn gloo down: a rank that exits (closing its sockets)
+    # while the other is still inside destroy_process_group can abort that one
+    # ("terminate called without an active exception", seen once in CI)
+    (tmp / f"gone-{rank}").write_text("")
+    deadline = time.monotonic() + 10
+    while not all((tmp / f"gone-{r}").exists() for r in (0, 1)) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 if __name__ == "__main__":
