@@ -6,7 +6,7 @@ worker-side helpers import it only when they run.
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "init_distributed", "progress"]
+__all__ = ["__version__", "arrive", "init_distributed", "progress"]
 
 
 def __getattr__(name: str):  # meshrun.init_distributed: imports meshrun.worker.dist on first use
@@ -18,4 +18,8 @@ def __getattr__(name: str):  # meshrun.init_distributed: imports meshrun.worker.
         from .worker.progress import progress
 
         return progress
+    if name == "arrive":  # meshrun.arrive(): the step's own work is done (stragglers)
+        from .worker.progress import arrive
+
+        return arrive
     raise AttributeError(f"module 'meshrun' has no attribute {name!r}")

@@ -28,6 +28,8 @@ key                                written by               payload
 ``meshrun/round/<r>/arrived``      each node, each round    counter
 ``meshrun/round/<r>/ready``        the last to arrive       "1"
 ``meshrun/round/<r>/...``          torch's agent            its own keys (ranks, exit)
+``meshrun/nodecheck/<a>/...``      the node check's workers  in the *workers'* store:
+                                                            ``host/<node>``, its group's
 =================================  =======================  ==========================
 
 ``<r>`` is the rendezvous round: 0 at the start, one more for each restart of the workers
@@ -105,6 +107,17 @@ def round_workers_key(rnd: int) -> str:
     return f"{round_prefix(rnd)}workers"
 
 
+def nodecheck_prefix(attempt: int | str) -> str:
+    """The node check's own process group (:mod:`meshrun.worker.nodecheck`), in the
+    workers' store of attempt ``attempt``: its keys never meet the script's."""
+    return f"{PREFIX}nodecheck/{attempt}/"
+
+
+def nodecheck_host_key(node: int) -> str:
+    """Under :func:`nodecheck_prefix`: node ``node``'s host name."""
+    return f"host/{node}"
+
+
 def text(raw: bytes | str) -> str:
     return raw.decode(errors="replace") if isinstance(raw, bytes) else raw
 
@@ -134,18 +147,33 @@ class NodeClaim:
 
 @dataclass(frozen=True)
 class Progress:
-    """A worker's last reported step and the wall-clock time it reported it."""
+    """A worker's last reported step and the wall-clock time it reported it; with the steps
+    it ended since its previous report (``steps``, 0 when unknown): their mean duration
+    ``step_s`` and, when the script marks its arrival at each step's synchronisation
+    (:func:`meshrun.arrive`), the mean time of its own work before that mark, ``busy_s``
+    (-1 when unknown). The straggler check (:mod:`meshrun.runtime.stragglers`) compares
+    ``busy_s`` between ranks: in synchronous training ``step_s`` is the same for all."""
 
     step: int
     at: float
+    step_s: float = -1.0
+    busy_s: float = -1.0
+    steps: int = 0
 
     def encode(self) -> str:
-        return f"{self.step} {self.at}"
+        if self.steps <= 0:
+            return f"{self.step} {self.at}"
+        return f"{self.step} {self.at} {self.step_s:.6f} {self.busy_s:.6f} {self.steps}"
 
     @classmethod
     def decode(cls, raw: bytes | str) -> Progress:
-        step, _, at = text(raw).partition(" ")
-        return cls(int(step), float(at or 0.0))
+        parts = text(raw).split()
+        if not parts:
+            raise ValueError("empty progress value")
+        if len(parts) >= 5:
+            return cls(int(parts[0]), float(parts[1]), float(parts[2]), float(parts[3]),
+                       int(parts[4]))
+        return cls(int(parts[0]), float(parts[1]) if len(parts) > 1 else 0.0)
 
 
 @dataclass(frozen=True)
@@ -230,7 +258,9 @@ class Watch:
     answer under ``stuck/<gen>/<node>``) and node 0's ``verdict`` once it has one; and
     ``round``, the newest rendezvous round some node has arrived at (a node in an older
     round restarts its workers to join it); ``closed``: the lost nodes whose liveness link
-    (:mod:`meshrun.runtime.links`) closed without a goodbye: their agent died."""
+    (:mod:`meshrun.runtime.links`) closed without a goodbye: their agent died;
+    ``notices``: the newest straggler notices (:mod:`meshrun.runtime.stragglers`, JSON
+    records with a ``seq``), which every node prints once."""
 
     beat: int
     lost: tuple[tuple[int, float], ...] = ()
@@ -240,13 +270,15 @@ class Watch:
     verdict: HangVerdict | None = None
     round: int = 0
     closed: tuple[int, ...] = ()   # the lost nodes whose liveness link closed (they died)
+    notices: tuple[dict, ...] = ()  # the newest straggler notices, each with its "seq"
 
     def encode(self) -> str:
         return json.dumps({"beat": self.beat, "lost": [list(x) for x in self.lost],
                            "goodbyes": {str(k): v for k, v in self.goodbyes.items()},
                            "gen": self.gen, "probe": self.probe,
                            "verdict": self.verdict.encode() if self.verdict else None,
-                           "round": self.round, "closed": list(self.closed)})
+                           "round": self.round, "closed": list(self.closed),
+                           "notices": list(self.notices)})
 
     @classmethod
     def decode(cls, raw: bytes | str) -> Watch:
@@ -256,4 +288,5 @@ class Watch:
                    {int(k): str(v) for k, v in data.get("goodbyes", {}).items()},
                    int(data.get("gen", 0)), bool(data.get("probe")),
                    HangVerdict.decode(verdict) if verdict else None, int(data.get("round", 0)),
-                   tuple(int(n) for n in data.get("closed", ())))
+                   tuple(int(n) for n in data.get("closed", ())),
+                   tuple(n for n in data.get("notices", ()) if isinstance(n, dict)))

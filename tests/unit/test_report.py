@@ -156,3 +156,27 @@ def test_a_baseline_without_throughput_is_one_line(tmp_path):
     b = run_dir(tmp_path, "b", world=4, nnodes=2, rates=[10.0])
     with pytest.raises(UsageError, match="no throughput to compare with"):
         report([a, b])
+
+
+def test_per_node_step_times_and_slow_notices(tmp_path):
+    """node_steps.json (node 0's straggler check) and its notices become a per-node table."""
+    from meshrun.runtime.stragglers import Stragglers
+    from tests.unit.test_stragglers import _feed
+
+    path = run_dir(tmp_path, "a", world=4, nnodes=2, rates=[100.0, 100.0])
+    tracker = Stragglers(nnodes=2, nproc=2, hosts={0: "host-a", 1: "host-b"}, window=5)
+    notices = _feed(tracker, 20, lambda r, t: 0.2 if r >= 2 else 0.1)
+    Path(path, "node_steps.json").write_text(json.dumps(tracker.summary()))
+    Path(path, "events.node0.jsonl").write_text(
+        "".join(json.dumps(n.to_json()) + "\n" for _, n in notices) + "half a line")
+    r = summarize(path)
+    assert [(n["node"], n["host"], n["named_slow"]) for n in r.nodes] == \
+        [(0, "host-a", 0), (1, "host-b", 1)]
+    text = render_text(report([path]))
+    table = text.split("per node")[1].splitlines()
+    assert table[2].split()[:4] == ["0", "host-a", "150", "100"]    # step ms, compute ms
+    assert table[3].split()[:4] == ["1", "host-b", "300", "200"]
+    assert "node 1 (host-b) is slow: 2.0x the median compute time" in text
+    # a run without the check has no table
+    plain = run_dir(tmp_path, "b", world=4, nnodes=2, rates=[100.0])
+    assert "per node" not in render_text(report([plain]))

@@ -371,3 +371,40 @@ def test_joining_a_frozen_node_0_ends_at_the_join_timeout():
         frozen.close()
     assert time.monotonic() - start < 8
     assert "did not answer within 3 s" in str(info.value) and info.value.code == "master-unreachable"
+
+
+def test_a_slow_node_is_named_on_every_node_once_and_summarised():
+    """Node 0 reads every rank's progress (hang detection off), its straggler check names
+    node 1, and node 1 prints the same notice once, from the watch."""
+    from meshrun import protocol
+    from meshrun.runtime.stragglers import Stragglers
+
+    master, dogs, events = _job(2)
+    notices: dict[int, list] = {0: [], 1: []}
+    summaries: list = []
+    dogs[0].slow = Stragglers(2, 1, {0: "h0", 1: "h1"}, window=1.0)
+    for node, dog in enumerate(dogs):
+        dog.on_notice = notices[node].append
+    dogs[0].on_summary = summaries.append
+    for rank in range(2):
+        master.set(protocol.progress_key(rank), b"")
+    for dog in dogs:
+        dog.start()
+    try:
+        step, deadline = 0, time.monotonic() + 15
+        while time.monotonic() < deadline and not notices[1]:
+            step += 10
+            for rank, busy in ((0, 0.1), (1, 0.2)):
+                master.set(protocol.progress_key(rank),
+                           protocol.Progress(step, time.time(), 0.3, busy, 10).encode())
+            time.sleep(0.25)
+        assert notices[1] and notices[1] == notices[0][:1], notices
+        assert notices[1][0]["line"].startswith("meshrun: node 1 (h1) is slow: 2.0x")
+        time.sleep(0.6)
+        assert len(notices[1]) == 1       # printed once, though the watch still carries it
+    finally:
+        for dog in dogs[::-1]:
+            dog.stop("done")
+    assert events == {0: [], 1: []}
+    rows = {row["node"]: row for row in summaries[-1]["nodes"]}
+    assert rows[1]["compute_s"] == 0.2 and rows[0]["compute_s"] == 0.1

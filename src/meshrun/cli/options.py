@@ -66,6 +66,13 @@ def add_watch_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hang-timeout", metavar="SECONDS", default=None,
                         help="no rank progressing this long is a hang (default 300; 0 = off; "
                              "needs meshrun.progress(step) in the script, as recipes do)")
+    parser.add_argument("--slow-window", metavar="SECONDS", default=None,
+                        help="name a node whose ranks are slow this long (default 30; 0 = "
+                             "off; needs meshrun.progress, and meshrun.arrive to tell the "
+                             "slow rank from the ones waiting for it, as recipes do)")
+    parser.add_argument("--slow-factor", metavar="X", default=None,
+                        help="slow: at least X times the other nodes' median compute time "
+                             "per step (default 1.25)")
 
 
 def add_preflight_flags(parser: argparse.ArgumentParser) -> None:
@@ -73,6 +80,14 @@ def add_preflight_flags(parser: argparse.ArgumentParser) -> None:
                         help="skip the cross-node check of code, versions, packages and devices")
     parser.add_argument("--require-path", metavar="PATH", action="append", default=[],
                         help="preflight: PATH must exist on every node (repeatable)")
+
+
+def add_node_check_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--node-check", action="store_true",
+                        help="before the script, every worker runs the node check (compute, "
+                             "all-reduce, transfers between nodes; a few seconds) and a slow "
+                             "node is named; the job goes on (meshrun doctor --all-nodes "
+                             "refuses it)")
 
 
 def add_job_flags(parser: argparse.ArgumentParser) -> None:
@@ -230,14 +245,28 @@ def flag_or_env(args: argparse.Namespace, name: str, env: Mapping[str, str]
 
 
 def supervision(args: argparse.Namespace, env: Mapping[str, str]):
-    """``--node-timeout`` / ``--hang-timeout`` (or their variables) as the watchdog's settings."""
+    """``--node-timeout`` / ``--hang-timeout`` / ``--slow-window`` / ``--slow-factor`` (or their
+    variables) as the watchdog's settings."""
     from ..runtime.supervise import Supervision
 
     values = {}
-    for name, minimum in (("node_timeout", 2), ("hang_timeout", 0)):
+    for name, minimum in (("node_timeout", 2), ("hang_timeout", 0), ("slow_window", 0)):
         raw, label = flag_or_env(args, name, env)
         if raw is not None and raw.strip():
             values[name] = seconds(raw, label, minimum)
+    raw, label = flag_or_env(args, "slow_factor", env)
+    if raw is not None and raw.strip():
+        try:
+            factor = float(raw.strip())
+        except ValueError:
+            factor = math.nan
+        if not math.isfinite(factor) or factor <= 1.0:
+            raise UsageError(f"{label}={raw.strip()!r} is not a factor above 1",
+                             subject=label, code="bad-slow-factor",
+                             hint=f"give how many times slower than the others counts as "
+                                  f"slow, e.g. {label}{' ' if label.startswith('--') else '='}"
+                                  "1.25")
+        values["slow_factor"] = factor
     return Supervision(**values)
 
 

@@ -10,6 +10,7 @@ from ..runtime.planning import job_input, plan_here
 from .base import Context, Verb
 from .options import (
     add_job_flags,
+    add_node_check_flag,
     add_node_flags,
     add_preflight_flags,
     add_watch_flags,
@@ -29,6 +30,18 @@ def simulated_workers(args: argparse.Namespace) -> int:
     return parse_int(raw, "--simulated-workers", minimum=1)
 
 
+def with_node_check(plan, env):
+    """The workers run the node check (:mod:`meshrun.worker.nodecheck`) before the script;
+    on GPUs NCCL logs to files, so that the check can tell each node's transport."""
+    from dataclasses import replace
+
+    from ..plan import EnvVar
+    from .bench import nccl_debug_env
+
+    on = EnvVar("MESHRUN_NODE_CHECK", "1", "--node-check: the workers check the nodes first")
+    return replace(plan, env=plan.env + (on,) + nccl_debug_env(plan, env))
+
+
 class RunVerb(Verb):
     name = "run"
     help = "launch the workers of this node"
@@ -40,6 +53,7 @@ class RunVerb(Verb):
         parser.add_argument("--simulated-workers", metavar="N", default=None,
                             help=argparse.SUPPRESS)
         add_preflight_flags(parser)
+        add_node_check_flag(parser)
         add_job_flags(parser)
 
     def run(self, ctx: Context) -> int:
@@ -51,6 +65,8 @@ class RunVerb(Verb):
         cmd = ctx.require(cmd, self.name)
         plan = plan_here(ctx.env, flags_from(a), cmd, job, simulated_workers=simulated_workers(a),
                          accelerate=a.accelerate, deepspeed=a.deepspeed)
+        if a.node_check:
+            plan = with_node_check(plan, ctx.env)
         check_command(cmd)
         check_worker_env(ctx.env)
         check_log_dir(plan.log_dir)

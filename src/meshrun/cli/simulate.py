@@ -12,6 +12,7 @@ from .options import (
     JOB_OPTIONS,
     add_bench_flags,
     add_job_flags,
+    add_node_check_flag,
     add_node_flags,
     add_preflight_flags,
     add_watch_flags,
@@ -21,7 +22,7 @@ from .options import (
 
 # What every simulated node's `meshrun run` gets again, as the user gave it.
 NODE_OPTIONS = ("no_preflight", "require_path", "accelerate", "node_timeout", "hang_timeout",
-                "deepspeed", *JOB_OPTIONS)
+                "slow_window", "slow_factor", "node_check", "deepspeed", *JOB_OPTIONS)
 
 
 def request(ctx: Context, *, max_restarts: int):
@@ -48,6 +49,7 @@ class SimulateVerb(Verb):
                                      "--log-dir", "--join-timeout"))
         add_watch_flags(parser)
         add_preflight_flags(parser)
+        add_node_check_flag(parser)
         add_job_flags(parser)
         parser.add_argument("--bench", action="store_true",
                             help="run the collective benchmark (as `meshrun bench`) instead of "

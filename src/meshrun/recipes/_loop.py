@@ -52,7 +52,7 @@ from ..errors import MeshrunError, UsageError
 from ..job import ENV_VAR, JobConfig, run_id_of
 from ..worker import checkpoint as ckpt
 from ..worker.dist import RankInfo
-from ..worker.progress import progress
+from ..worker.progress import arrive, progress
 from . import parse_peak_flops
 
 # Dense bf16 tensor-core peak per GPU, FLOP/s, matched against the CUDA device name
@@ -343,6 +343,8 @@ def train(job: JobConfig, info: RankInfo, work: Workload) -> list[dict[str, Any]
                 batch = work.batch(step, micro)
                 with autocast(job, info.device):
                     loss = work.loss(model, batch) / t.grad_accum
+                if micro == 0:
+                    arrive()  # own work done; DDP's backward waits for every rank (stragglers)
                 loss.backward()
                 total += loss.detach().float()
             if t.grad_clip > 0:

@@ -61,6 +61,8 @@ class RunSummary:
     loss: float                 # of the last record
     psnr: float | None
     notes: list[str] = field(default_factory=list)
+    nodes: list[dict[str, Any]] = field(default_factory=list)  # node_steps.json's rows
+    slow: list[str] = field(default_factory=list)  # the straggler notices (events.node0.jsonl)
 
 
 @dataclass
@@ -169,7 +171,37 @@ def summarize(path: str) -> RunSummary:
         records=len(records), steps=(records[0]["step"], last["step"]),
         samples_per_s=rate, step_time_s=statistics.median(r["step_time_s"] for r in steady),
         samples_per_s_per_process=rate / world, mfu=statistics.median(mfus) if mfus else None,
-        loss=last["loss"], psnr=last.get("psnr"), notes=notes)
+        loss=last["loss"], psnr=last.get("psnr"), notes=notes, nodes=_node_steps(path),
+        slow=_slow_lines(path))
+
+
+def _node_steps(path: str) -> list[dict[str, Any]]:
+    """Each node's mean step and compute time, as node 0's straggler check summed them
+    up (``node_steps.json``; none when the check was off)."""
+    try:
+        with open(os.path.join(path, "node_steps.json"), encoding="utf-8") as f:
+            rows = json.load(f).get("nodes", [])
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [r for r in rows if isinstance(r, dict) and isinstance(r.get("node"), int)]
+
+
+def _slow_lines(path: str) -> list[str]:
+    """The straggler notices node 0 printed (``events.node0.jsonl``)."""
+    try:
+        with open(os.path.join(path, "events.node0.jsonl"), encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and isinstance(record.get("line"), str):
+            out.append(record["line"])
+    return out
 
 
 def report(paths: list[str], baseline: str | None = None) -> Report:
@@ -212,6 +244,28 @@ def report(paths: list[str], baseline: str | None = None) -> Report:
     return Report(runs=runs, baseline=base.path, scaling=scaling, warnings=warnings)
 
 
+def _ms(value: Any) -> str:
+    return f"{value * 1000:.4g}" if isinstance(value, (int, float)) else "-"
+
+
+def _node_table(run: RunSummary) -> list[str]:
+    """Per node: mean step time, compute time (before the step's synchronisation), its
+    ratio to the other nodes' median, and how often it was named slow; then the notices."""
+    if not run.nodes:
+        return []
+    rows = [("node", "host", "step ms", "compute ms", "x others", "named slow")]
+    for n in run.nodes:
+        ratio = n.get("ratio")
+        rows.append((str(n["node"]), str(n.get("host", "?")), _ms(n.get("step_time_s")),
+                     _ms(n.get("compute_s")),
+                     f"{ratio:.2f}" if isinstance(ratio, (int, float)) else "-",
+                     str(n.get("named_slow", 0))))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    out = [f"per node ({run.path}):"]
+    out += ["  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    return out + [f"  {line.removeprefix('meshrun: ')}" for line in run.slow]
+
+
 def render_text(rep: Report) -> str:
     """The report as an aligned table, then one line per scaled run."""
     head = ("run", "world", "nodes x procs", "device", "samples/s", "per process",
@@ -229,6 +283,8 @@ def render_text(rep: Report) -> str:
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     for r in rep.runs:
         lines += [f"note: {r.path}: {n}" for n in r.notes]
+    for r in rep.runs:
+        lines += _node_table(r)
     if rep.scaling:
         base = next(r for r in rep.runs if r.path == rep.baseline)
         lines.append(f"scaling against {base.path} (world {base.world_size}):")

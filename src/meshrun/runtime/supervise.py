@@ -11,6 +11,7 @@ signal sent as the agent returns can never surface later, outside the agent's ha
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -71,6 +72,8 @@ class Supervision:
     hang_timeout: float = 300.0  # no rank progressing this long is a hang (0: off)
     interval: float = 1.0        # heartbeat period
     suspicion: float = 5.0       # after a local worker failure, a node silent this long is lost
+    slow_window: float = 30.0    # a node slow this long is named (0: the check is off)
+    slow_factor: float = 1.25    # slow: this many times the other nodes' median
 
 
 def node_hosts(job: JobStore, plan: LaunchPlan) -> dict[int, str]:
@@ -124,14 +127,46 @@ def start_watchdog(job: JobStore, plan: LaunchPlan, supervision: Supervision,
         except (KeyError, ValueError):
             return 0
 
+    slow = None
+    if plan.node_rank == 0 and supervision.slow_window > 0:
+        from .stragglers import Stragglers
+
+        slow = Stragglers(plan.nnodes, plan.nproc_per_node, hosts,
+                          factor=supervision.slow_factor, window=supervision.slow_window)
+    events_path = os.path.join(plan.log_dir, f"events.node{plan.node_rank}.jsonl")
+
+    def on_notice(record: dict) -> None:
+        """A straggler notice: one line on the console, one record in the node's events."""
+        print(record.get("line", ""), file=sys.stderr, flush=True)
+        try:
+            with open(events_path, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps({**record, "time": time.time()}) + "\n")
+        except OSError:
+            pass  # the console line is the notice; the file is a copy
+
+    def on_summary(summary: dict) -> None:
+        write_atomically(os.path.join(plan.log_dir, "node_steps.json"),
+                         json.dumps(summary, indent=2) + "\n")
+
     dog = Watchdog(host=plan.master_addr, port=job.port, node_rank=plan.node_rank,
                    nnodes=plan.nnodes, world_size=plan.world_size, hosts=hosts,
                    node_timeout=supervision.node_timeout, hang_timeout=supervision.hang_timeout,
                    interval=supervision.interval, on_event=on_event, local_pids=procs.worker_pids,
                    restarts_left=restarts_left, log_dir=plan.log_dir, rounds=rounds,
-                   send_signal=procs.send)
+                   send_signal=procs.send, slow=slow, on_notice=on_notice,
+                   on_summary=on_summary)
     dog.start()
     return dog
+
+
+def write_atomically(path: str, text: str) -> None:
+    """meshrun's own file, replaced whole (a reader never sees half of it)."""
+    try:
+        with open(path + ".tmp", "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(path + ".tmp", path)
+    except OSError:
+        pass
 
 
 def await_event(dog, supervision: Supervision, poll: float = 0.1):

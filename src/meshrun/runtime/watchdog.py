@@ -104,6 +104,9 @@ class Watchdog(threading.Thread):
                  restarts_left: Callable[[], int] = lambda: 0, log_dir: str = ".",
                  rounds: Any = None,
                  send_signal: Callable[[int, int], Any] = lambda pid, sig: os.kill(pid, sig),
+                 slow: Any = None,
+                 on_notice: Callable[[dict], None] = lambda record: None,
+                 on_summary: Callable[[dict], None] = lambda summary: None,
                  ) -> None:
         super().__init__(name="meshrun-watchdog", daemon=True)
         self.host, self.port = host, port
@@ -117,6 +120,11 @@ class Watchdog(threading.Thread):
         self.log_dir = log_dir              # the run's log folder (stacks/ go there)
         self.rounds = rounds                # meshrun.runtime.rendezvous.Rounds, if any
         self.send_signal = send_signal      # signals a worker listed by local_pids
+        self.slow = slow                    # node 0: meshrun.runtime.stragglers.Stragglers
+        self.on_notice = on_notice          # every node: a straggler notice to print, once
+        self.on_summary = on_summary        # node 0: the per-node step times, now and then
+        self._notices: list[dict] = []      # node 0: the newest notices (the watch's)
+        self._notice_seq = 0                # the newest notice made (node 0) or printed
         self.event: Event | None = None  # the event that stops the job
         self.restarts: list[Event] = []  # hangs handled by restarting the workers
         self.goodbyes: dict[int, Goodbye | str] = {}  # node -> its goodbye (Goodbye.read)
@@ -169,6 +177,11 @@ class Watchdog(threading.Thread):
     def _goodbye(self, status: Goodbye) -> None:
         if self.is_alive() and threading.current_thread() is not self:
             self.join(self.interval + self._patience + 1.0)
+        if self.slow is not None and not self.is_alive():
+            try:  # the thread is over: the figures are still
+                self.on_summary(self.slow.summary())
+            except Exception:  # noqa: BLE001, S110 - a summary must not hold the goodbye
+                pass
         self.mark_ended()
         store = self._usable_store()
         if store is None:
@@ -281,8 +294,13 @@ class Watchdog(threading.Thread):
                     self._lost.append((rank, age))
                     if rank in dead:
                         self._closed.add(rank)
-        if self.hang_timeout > 0 and not self._lost:
-            self._judge_hang(store, now)
+        if not self._lost and (self.hang_timeout > 0 or self.slow is not None):
+            values = self._progress_values(store) if self.slow is not None or \
+                self._hang is None else {}
+            if self.hang_timeout > 0:
+                self._judge_hang(store, now, values)
+            if self.slow is not None:
+                self._judge_slow(values, now)
         self._judge_rounds(store)
         self._publish(store, now)
         if self._lost:
@@ -311,7 +329,7 @@ class Watchdog(threading.Thread):
             self._beat, tuple(self._lost), {r: str(g.value if isinstance(g, Goodbye) else g)
                                             for r, g in self.goodbyes.items()},
             self._gen, bool(hang), hang.get("verdict"), wanted,
-            tuple(sorted(self._closed))).encode())
+            tuple(sorted(self._closed)), tuple(self._notices)).encode())
 
     # -- every other node: beat, read node 0's watch ----------------------------------------
     def _member(self, store: BoundedStore, now: float) -> Event | None:
@@ -328,6 +346,10 @@ class Watchdog(threading.Thread):
             with self.rounds.lock:
                 self.rounds.wanted = max(self.rounds.wanted, watch.round)
                 self.rounds.goodbyes = dict(watch.goodbyes)
+        for record in watch.notices:
+            if int(record.get("seq", 0)) > self._notice_seq:
+                self._notice_seq = int(record["seq"])
+                self.on_notice(record)
         if watch.lost:
             rank, age = watch.lost[0]
             return Event(EventKind.NODE_LOST, node_lost_line(
@@ -407,10 +429,24 @@ class Watchdog(threading.Thread):
         return None
 
     # -- hangs (node 0 judges; no step of it holds up a beat) -------------------------------
-    def _judge_hang(self, store: BoundedStore, now: float) -> None:
+    def _progress_values(self, store: BoundedStore) -> dict[int, str]:
+        """Every rank's progress value, in one call."""
+        keys = [protocol.progress_key(r) for r in range(self.world_size)]
+        return {r: protocol.text(v) for r, v in enumerate(self._read_all(store, keys))}
+
+    def _judge_slow(self, values: dict[int, str], now: float) -> None:
+        """Node 0: the straggler check (:mod:`meshrun.runtime.stragglers`) on this beat's
+        progress; its notices go in the watch for every node, and to this node's console."""
+        for notice in self.slow.observe(now, values):
+            self._notice_seq += 1
+            record = {**notice.to_json(), "seq": self._notice_seq}
+            self._notices = (self._notices + [record])[-8:]
+            self.on_notice(record)
+        if self._beat % 10 == 0:
+            self.on_summary(self.slow.summary())
+
+    def _judge_hang(self, store: BoundedStore, now: float, values: dict[int, str]) -> None:
         if self._hang is None:
-            keys = [protocol.progress_key(r) for r in range(self.world_size)]
-            values = {r: protocol.text(v) for r, v in enumerate(self._read_all(store, keys))}
             # After a restart, what the hung attempt left counts as silence.
             values = {r: "" if v and self._stale.get(r) == v else v for r, v in values.items()}
             if not any(values.values()):

@@ -12,7 +12,8 @@ Two things happen first, neither importing torch:
    ``<MESHRUN_LOG_DIR>/stacks/rank<R>.txt``: the watchdog asks for it when the
    job hangs.
 
-Then ``runpy`` runs the target as ``__main__`` with ``sys.argv`` and
+With ``meshrun run --node-check`` the node check (:mod:`meshrun.worker.nodecheck`) runs
+next, on the first attempt. Then ``runpy`` runs the target as ``__main__`` with ``sys.argv`` and
 ``sys.path[0]`` as ``python SCRIPT`` / ``python -m MODULE`` would set them. When it
 succeeds, what it left is collected and its process group destroyed before the
 interpreter shuts down (see :func:`_tear_down`: otherwise a gloo thread can abort a
@@ -64,6 +65,10 @@ def main() -> None:
         sys.exit("usage: python -m meshrun.worker.bootstrap (-- SCRIPT | -m MODULE) [ARGS...]")
     _die_with_parent()
     _stacks_on_sigusr1()
+    if os.environ.get("MESHRUN_NODE_CHECK") == "1":  # meshrun run --node-check
+        from .nodecheck import before_script
+
+        before_script()
     mode, target, args = sys.argv[1], sys.argv[2], sys.argv[3:]
     import atexit
 

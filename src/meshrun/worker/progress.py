@@ -9,6 +9,14 @@ bounded (a 2 s store timeout), it reconnects at most every 5 s, and at exit it s
 newest step once more, given 2 s to finish, then its connection is shut so that it ends (a thread left inside a C++
 call at interpreter exit would abort the process).
 
+``meshrun.arrive()``: call it where this rank's own work for a step is done and it is about
+to wait for the others (before ``loss.backward()`` under DDP, whose backward carries the
+gradient all-reduce; before your own all-reduce otherwise). With it, each report also
+carries how long the rank worked before arriving (its mean over the steps since the last
+report), the figure the straggler check compares between ranks: the ranks that wait for a
+slow one all show the same step time, so only the time before the wait tells them apart.
+Without it, only the mean step time is sent. Both are one clock read and a list append.
+
 Outside meshrun (no ``MESHRUN_STORE``) it does nothing. When no rank ever calls it,
 meshrun's hang detection is off (it cannot tell a hang from a long step); node-loss
 detection works regardless.
@@ -27,6 +35,7 @@ from ..protocol import Progress, progress_key
 _PERIOD_S = 1.0      # at most one write a second
 _TIMEOUT_S = 2.0     # every store call of the writer
 _RECONNECT_S = 5.0   # after a failure, the next connection attempt
+_MAX_SAMPLES = 4096  # step timings kept between two reports (the writer may be stuck)
 
 
 class _Writer:
@@ -34,14 +43,36 @@ class _Writer:
         self.host, self.port, self.key = host, port, progress_key(rank)
         self.addresses: tuple[str, ...] = (host,)  # resolved on the writer's thread
         self.newest: tuple[int, float] | None = None
+        # the training thread's marks (monotonic): the end of the last step, the last arrival
+        self.ended_at: float | None = None
+        self.arrived_at: float | None = None
+        self.steps: list[tuple[float, float]] = []  # (step duration, busy or -1) since sent
         self.wake = threading.Event()
         self.halt = threading.Event()
         self.thread = threading.Thread(target=self._run, name="meshrun-progress", daemon=True)
         self.thread.start()
 
     def note(self, step: int) -> None:
+        now = time.monotonic()
+        ended, arrived = self.ended_at, self.arrived_at
+        if ended is not None and len(self.steps) < _MAX_SAMPLES:
+            busy = arrived - ended if arrived is not None and arrived >= ended else -1.0
+            self.steps.append((now - ended, busy))  # list.append: atomic, never waits
+        self.ended_at = now
         self.newest = (step, time.time())  # one assignment: the training thread never waits
         self.wake.set()
+
+    def arrive(self) -> None:
+        self.arrived_at = time.monotonic()
+
+    def _report(self, newest: tuple[int, float]) -> Progress:
+        """The newest step and the means of the steps ended since the last report."""
+        steps, self.steps = self.steps, []  # a step noted meanwhile may be lost: harmless
+        if not steps:
+            return Progress(*newest)
+        busy = [b for _, b in steps if b >= 0]
+        return Progress(newest[0], newest[1], sum(d for d, _ in steps) / len(steps),
+                        sum(busy) / len(busy) if busy else -1.0, len(steps))
 
     def _run(self) -> None:
         from ..sockets import resolve
@@ -64,7 +95,8 @@ class _Writer:
                         store = TCPStore(self.host, self.port, is_master=False,
                                          timeout=timedelta(seconds=_TIMEOUT_S),
                                          wait_for_workers=False)
-                    store.set(self.key, Progress(*newest).encode())
+                    report = self._report(newest)
+                    store.set(self.key, report.encode())
                     sent = newest
                 except Exception:  # noqa: BLE001 - progress reports must never break training
                     store, retry_at = None, time.monotonic() + _RECONNECT_S
@@ -89,16 +121,29 @@ _lock = threading.Lock()
 
 
 def progress(step: int) -> None:
+    writer = _writer()
+    if writer is not None:
+        writer.note(int(step))
+
+
+def arrive() -> None:
+    """This rank has done its own work for the step and is about to wait for the others
+    (see the module's docstring). Does nothing outside meshrun."""
+    writer = _writer()
+    if writer is not None:
+        writer.arrive()
+
+
+def _writer() -> _Writer | None:
     if _state["off"]:
-        return
+        return None
     writer = _state["writer"]
     if writer is None:
         with _lock:
             writer = _state["writer"]
             if writer is None and not _state["off"]:
                 writer = _start()
-    if writer is not None:
-        writer.note(int(step))
+    return writer
 
 
 def _start() -> _Writer | None:

@@ -1,0 +1,251 @@
+"""Stragglers while the job runs: name the node whose ranks are slow. Pure (no store, no
+clock of its own): node 0's watchdog hands it every rank's progress value each beat.
+
+What it compares. Each worker's :func:`meshrun.progress` report carries the mean duration of
+the steps it ended since its previous report and, when the script marks its arrival at the
+step's synchronisation (:func:`meshrun.arrive`; the recipes do, before the backward that
+carries DDP's all-reduce), the mean time the rank worked before arriving: its **compute
+time** per step. In synchronous training every rank has the same step time, the slow one
+and the ones waiting for it alike; the compute time tells them apart (the slow rank is the
+last to arrive: it works longest). Without ``arrive()`` the step times are compared, which
+names a slow rank only when ranks do not wait for each other.
+
+The rule. A rank's figure is divided by the reference of its node: the median, over the
+*other* nodes, of each node's median figure (with two nodes, the other node; on one node,
+the median of the other ranks). A rank is **slow** while that ratio is at least ``factor``
+(1.25 by default) and its figure at least ``_FLOOR_S`` above the reference; a node is named
+once some of its ranks have been slow in every report they sent for ``window`` seconds (30
+by default), with the median ratio of those ranks, how long, and which ranks. A report that
+is not slow ends the rank's streak. Nothing counts before a rank's third report with
+timings and its ``_WARMUP_STEPS``-th step (start-up, compilation, lazy initialisation), and
+a pause every rank shares (a checkpoint save, an evaluation) changes no ratio; a pause only
+one rank takes (rank 0 writing a checkpoint) lasts one report, not a window. When a named
+node's ranks are no longer slow, one line says so.
+
+Cost on node 0: the progress values are the ones the hang check reads (one ``multi_get`` a
+beat); the judgement is a sort of N node figures, O(W + N log N) for W ranks.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from .. import protocol
+
+_WARMUP_STEPS = 5     # steps each rank takes before its timings count
+_WARMUP_REPORTS = 2   # reports with timings each rank sends before its timings count
+_FRESH_S = 5.0        # a rank's figure counts in the references this long after it came
+_FLOOR_S = 0.0005     # slower by this much too: the jitter of sub-millisecond steps is no straggler
+
+
+def rank_list(ranks: list[int] | tuple[int, ...]) -> str:
+    """``ranks 24-31`` / ``rank 5`` / ``ranks 2, 5-6``."""
+    ordered = sorted(set(ranks))
+    runs: list[list[int]] = []
+    for r in ordered:
+        if runs and r == runs[-1][1] + 1:
+            runs[-1][1] = r
+        else:
+            runs.append([r, r])
+    text = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs)
+    return ("rank " if len(ordered) == 1 else "ranks ") + text
+
+
+@dataclass(frozen=True)
+class Notice:
+    """A node named slow (``kind`` "slow") or no longer slow ("recovered")."""
+
+    kind: str
+    node: int
+    host: str
+    ratio: float
+    seconds: float
+    ranks: tuple[int, ...]
+    measure: str          # "compute time" | "step time"
+    line: str
+
+    def to_json(self) -> dict:
+        return {"event": f"node-{self.kind}", "node": self.node, "host": self.host,
+                "ratio": round(self.ratio, 3), "seconds": round(self.seconds, 1),
+                "ranks": list(self.ranks), "measure": self.measure, "line": self.line}
+
+
+def slow_line(node: int, host: str, ratio: float, seconds: float, ranks: tuple[int, ...],
+              measure: str) -> str:
+    return (f"meshrun: node {node} ({host}) is slow: {ratio:.1f}x the median {measure} per "
+            f"step of the other nodes for {seconds:.0f} s; {rank_list(list(ranks))}")
+
+
+def recovered_line(node: int, host: str) -> str:
+    return f"meshrun: node {node} ({host}) is no longer slow"
+
+
+@dataclass
+class _Rank:
+    text: str = ""
+    first_step: int = -1
+    last_step: int = -1
+    reports: int = 0          # reports with timings since first_step
+    figure: float = -1.0      # the latest counted figure (busy, else step time)
+    measure: str = ""
+    at: float = -1.0          # node 0's clock when that figure came
+    slow_since: float | None = None
+    ratio: float = 0.0
+
+
+@dataclass
+class _Totals:
+    """A node's figures over the run (for ``meshrun report``)."""
+
+    steps: int = 0
+    step_s: float = 0.0       # sum of step durations
+    busy_steps: int = 0
+    busy_s: float = 0.0
+    named: int = 0            # times it was named slow
+
+
+@dataclass
+class Stragglers:
+    nnodes: int
+    nproc: int
+    hosts: Mapping[int, str] = field(default_factory=dict)
+    factor: float = 1.25
+    window: float = 30.0
+
+    def __post_init__(self) -> None:
+        self._ranks: dict[int, _Rank] = {}
+        self._named: dict[int, Notice] = {}     # node -> the notice that named it
+        self.totals: dict[int, _Totals] = {}
+
+    def node_of(self, rank: int) -> int:
+        return rank // max(1, self.nproc)
+
+    def observe(self, now: float, values: Mapping[int, str]) -> list[Notice]:
+        """One beat: every rank's progress value as read (``""`` for none)."""
+        fresh = [r for r, value in values.items() if value and self._take(r, value, now)]
+        if fresh:
+            self._judge(now, fresh)
+        return self._notices(now)
+
+    def _take(self, rank: int, value: str, now: float) -> bool:
+        """A new value: note it; True when it brings a figure that counts."""
+        state = self._ranks.setdefault(rank, _Rank())
+        if value == state.text:
+            return False
+        state.text = value
+        try:
+            p = protocol.Progress.decode(value)
+        except ValueError:
+            return False
+        if state.first_step < 0 or p.step < state.last_step:  # first report, or a restart
+            state.first_step, state.reports = p.step, 0
+            state.slow_since = None
+        state.last_step = p.step
+        if p.steps <= 0 or p.step_s < 0:
+            return False
+        state.reports += 1
+        if state.reports <= _WARMUP_REPORTS or p.step < state.first_step + _WARMUP_STEPS:
+            return False
+        totals = self.totals.setdefault(self.node_of(rank), _Totals())
+        totals.steps += p.steps
+        totals.step_s += p.step_s * p.steps
+        if p.busy_s >= 0:
+            totals.busy_steps += p.steps
+            totals.busy_s += p.busy_s * p.steps
+        state.figure, state.measure = ((p.busy_s, "compute time") if p.busy_s >= 0
+                                       else (p.step_s, "step time"))
+        state.at = now
+        return True
+
+    def _references(self, now: float, measure: str) -> dict[int, float]:
+        """node -> the median over the other nodes of each node's median figure."""
+        by_node: dict[int, list[float]] = {}
+        for rank, state in self._ranks.items():
+            if state.measure == measure and now - state.at <= _FRESH_S:
+                by_node.setdefault(self.node_of(rank), []).append(state.figure)
+        if self.nnodes == 1:  # one node: each rank against the other ranks (in _judge)
+            return {}
+        medians = {node: statistics.median(figures) for node, figures in by_node.items()}
+        ordered = sorted(medians.values())
+        refs: dict[int, float] = {}
+        for node in range(self.nnodes):
+            others = list(ordered)
+            if node in medians:
+                others.remove(medians[node])
+            if others:
+                refs[node] = statistics.median(others)
+        return refs
+
+    def _judge(self, now: float, fresh: list[int]) -> None:
+        refs = {m: self._references(now, m) for m in {self._ranks[r].measure for r in fresh}}
+        for rank in fresh:
+            state = self._ranks[rank]
+            node_refs = refs[state.measure]
+            if self.nnodes == 1:
+                others = [s.figure for r, s in self._ranks.items() if r != rank and
+                          s.measure == state.measure and now - s.at <= _FRESH_S]
+                ref = statistics.median(others) if others else None
+            else:
+                ref = node_refs.get(self.node_of(rank))
+            if ref is None or ref <= 0:
+                continue  # nothing to compare with yet: the streak neither grows nor ends
+            ratio = state.figure / ref
+            if ratio >= self.factor and state.figure - ref >= _FLOOR_S:
+                if state.slow_since is None:
+                    state.slow_since = now
+                state.ratio = ratio
+            else:
+                state.slow_since = None
+
+    def _notices(self, now: float) -> list[Notice]:
+        out: list[Notice] = []
+        slow: dict[int, list[int]] = {}
+        streaking: set[int] = set()
+        for rank, state in self._ranks.items():
+            if state.slow_since is None:
+                continue
+            node = self.node_of(rank)
+            streaking.add(node)
+            if now - state.slow_since >= self.window:
+                slow.setdefault(node, []).append(rank)
+        for node, ranks in sorted(slow.items()):
+            if node in self._named:
+                continue
+            states = [self._ranks[r] for r in ranks]
+            ratio = statistics.median(s.ratio for s in states)
+            seconds = max(now - s.slow_since for s in states if s.slow_since is not None)
+            host = self.hosts.get(node, "?")
+            measure = states[0].measure
+            notice = Notice("slow", node, host, ratio, seconds, tuple(sorted(ranks)), measure,
+                            slow_line(node, host, ratio, seconds, tuple(sorted(ranks)),
+                                      measure))
+            self._named[node] = notice
+            self.totals.setdefault(node, _Totals()).named += 1
+            out.append(notice)
+        for node in sorted(self._named):
+            if node not in streaking:
+                named = self._named.pop(node)
+                out.append(Notice("recovered", node, named.host, 0.0, 0.0, named.ranks,
+                                  named.measure, recovered_line(node, named.host)))
+        return out
+
+    def summary(self) -> dict:
+        """Per node: mean step time and compute time over the run, its ratio to the median
+        of the other nodes (as the check compares), and how often it was named slow
+        (``node_steps.json``)."""
+        rows = []
+        for node in sorted(self.totals):
+            t = self.totals[node]
+            rows.append({"node": node, "host": self.hosts.get(node, "?"),
+                         "step_time_s": t.step_s / t.steps if t.steps else None,
+                         "compute_s": t.busy_s / t.busy_steps if t.busy_steps else None,
+                         "steps_reported": t.steps, "named_slow": t.named})
+        figures = [r["compute_s"] if r["compute_s"] is not None else r["step_time_s"]
+                   for r in rows]
+        for i, (row, figure) in enumerate(zip(rows, figures)):  # as the check compares
+            others = [f for j, f in enumerate(figures) if j != i and f]
+            median = statistics.median(others) if others else None
+            row["ratio"] = round(figure / median, 3) if figure and median else None
+        return {"factor": self.factor, "window_s": self.window, "nodes": rows}
