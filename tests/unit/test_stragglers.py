@@ -137,3 +137,17 @@ def test_the_writer_reports_mean_step_and_compute_times(monkeypatch):
     assert report.steps == 3 and report.step_s == pytest.approx(1.0)
     assert report.busy_s == pytest.approx(0.3)
     assert writer._report((4, 99.0)).steps == 0  # reported once
+
+
+@pytest.mark.parametrize("values", [[1.0], [1.0, 2.0], [3.0, 1.0, 2.0], [5, 1, 4, 2, 3, 3]])
+def test_median_without_one_value_matches_the_slow_way(values):
+    import statistics
+
+    from meshrun.runtime.stragglers import _median_without
+
+    ordered = sorted(values)
+    for v in values:
+        rest = list(ordered)
+        rest.remove(v)
+        assert _median_without(ordered, v) == (statistics.median(rest) if rest else None)
+    assert _median_without(ordered, None) == statistics.median(ordered)

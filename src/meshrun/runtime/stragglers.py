@@ -28,6 +28,7 @@ beat); the judgement is a sort of N node figures, O(W + N log N) for W ranks.
 
 from __future__ import annotations
 
+import bisect
 import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -38,6 +39,21 @@ _WARMUP_STEPS = 5     # steps each rank takes before its timings count
 _WARMUP_REPORTS = 2   # reports with timings each rank sends before its timings count
 _FRESH_S = 5.0        # a rank's figure counts in the references this long after it came
 _FLOOR_S = 0.0005     # slower by this much too: the jitter of sub-millisecond steps is no straggler
+
+
+def _median_without(ordered: list[float], value: float | None) -> float | None:
+    """The median of sorted ``ordered`` with one ``value`` left out (none when ``value`` is
+    None), without copying the list: O(log N)."""
+    skip = bisect.bisect_left(ordered, value) if value is not None else len(ordered)
+    count = len(ordered) - (value is not None)
+    if count <= 0:
+        return None
+
+    def at(i: int) -> float:
+        return ordered[i if i < skip else i + 1]
+
+    mid = count // 2
+    return at(mid) if count % 2 else (at(mid - 1) + at(mid)) / 2
 
 
 def rank_list(ranks: list[int] | tuple[int, ...]) -> str:
@@ -171,11 +187,9 @@ class Stragglers:
         ordered = sorted(medians.values())
         refs: dict[int, float] = {}
         for node in range(self.nnodes):
-            others = list(ordered)
-            if node in medians:
-                others.remove(medians[node])
-            if others:
-                refs[node] = statistics.median(others)
+            ref = _median_without(ordered, medians.get(node))
+            if ref is not None:
+                refs[node] = ref
         return refs
 
     def _judge(self, now: float, fresh: list[int]) -> None:

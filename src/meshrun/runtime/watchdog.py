@@ -35,6 +35,11 @@ each node's agent restarts them through the rendezvous, appends the event to
 generation ``<g>`` (hangs handled so far, the same on every node), and progress left by the
 hung attempt does not count until a rank of the new attempt reports.
 
+Slow nodes: the same progress values, read once a beat, go to node 0's straggler check
+(:mod:`meshrun.runtime.stragglers`, ``slow``); its notices ride in the watch (``notices``,
+numbered) and every node hands each new one to ``on_notice`` once; ``on_summary`` gets
+each node's step times every ten beats and at the end.
+
 Liveness links (:mod:`meshrun.runtime.links`): node 0 also listens for one idle TCP
 connection from every other node's watchdog; one that closes without a goodbye byte is a
 node whose agent died, named at the next beat (which the link wakes at once) instead of

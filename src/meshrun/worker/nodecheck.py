@@ -43,7 +43,8 @@ from typing import Any
 from .. import protocol
 
 FACTOR = 1.3
-_COMPUTE_S = 1.0
+_COMPUTE_S = 1.0     # the compute test, in ``_SLICES`` slices
+_SLICES = 5
 _TIMEOUT_S = 60.0     # every collective of the check
 _TRANSPORTS = ("unknown", "P2P/SHM only", "Socket", "IB")
 
@@ -51,6 +52,17 @@ _TRANSPORTS = ("unknown", "P2P/SHM only", "Socket", "IB")
 def _others_median(values: dict[int, float], node: int) -> float | None:
     others = [v for n, v in values.items() if n != node and v > 0]
     return statistics.median(others) if others else None
+
+
+def _below(values: dict[int, float], factor: float) -> list[tuple[int, float, float]]:
+    """(node, ratio, reference) of each node whose figure (higher is faster) is ``factor``
+    times or more below the median of the other nodes'."""
+    out = []
+    for n in sorted(values):
+        ref = _others_median(values, n)
+        if ref and values[n] > 0 and ref / values[n] >= factor:
+            out.append((n, ref / values[n], ref))
+    return out
 
 
 def judge(rows: list[dict[str, Any]], hosts: dict[int, str], *, seconds: float,
@@ -65,24 +77,19 @@ def judge(rows: list[dict[str, Any]], hosts: dict[int, str], *, seconds: float,
         if len(ring) > 1 else {}
     transport = {r["node"]: r.get("transport", "unknown") for r in rows
                  if r.get("link_in", -1) >= 0}
-    findings: list[dict[str, Any]] = []
-    for n in nodes:
-        ref = _others_median(compute, n)
-        if ref and compute[n] > 0 and ref / compute[n] >= factor:
-            findings.append({"node": n, "what": "compute", "ratio": ref / compute[n],
-                             "line": f"meshrun: node check: node {n} ({hosts.get(n, '?')}) is "
-                                     f"slow: its compute runs at {compute[n]:.3g} GFLOP/s a "
-                                     f"rank, {ref / compute[n]:.1f}x slower than the other "
-                                     f"nodes' median ({ref:.3g} GFLOP/s)"})
+    findings: list[dict[str, Any]] = [
+        {"node": n, "what": "compute", "ratio": ratio,
+         "line": f"meshrun: node check: node {n} ({hosts.get(n, '?')}) is slow: its compute "
+                 f"runs at {compute[n]:.3g} GFLOP/s a rank, {ratio:.1f}x slower than the "
+                 f"other nodes' median ({ref:.3g} GFLOP/s)"}
+        for n, ratio, ref in _below(compute, factor)]
     best = {n: max(link_in[n], link_out[n]) for n in ring} if len(ring) >= 3 else {}
-    for n in sorted(best):
-        ref = _others_median(best, n)
-        if ref and best[n] > 0 and ref / best[n] >= factor:
-            findings.append({"node": n, "what": "link", "ratio": ref / best[n],
-                             "line": f"meshrun: node check: node {n} ({hosts.get(n, '?')}) has "
-                                     f"a slow link: {best[n]:.3g} GB/s at best to its ring "
-                                     f"neighbours, {ref / best[n]:.1f}x below the other nodes' "
-                                     f"median ({ref:.3g} GB/s)"})
+    findings += [
+        {"node": n, "what": "link", "ratio": ratio,
+         "line": f"meshrun: node check: node {n} ({hosts.get(n, '?')}) has a slow link: "
+                 f"{best[n]:.3g} GB/s at best to its ring neighbours, {ratio:.1f}x below the "
+                 f"other nodes' median ({ref:.3g} GB/s)"}
+        for n, ratio, ref in _below(best, factor)]
     known = [t for t in transport.values() if t in ("IB", "Socket")]
     if "IB" in known:
         for n, t in sorted(transport.items()):
@@ -123,20 +130,33 @@ def _group(torch_dist, rank: int, world: int, device_type: str):
 
 
 def _compute_gflops(torch, device) -> float:
+    """The median rate of ``_SLICES`` slices of ``_COMPUTE_S`` in all (a one-off stall of
+    the host does not make a node slow; a quota or a slow clock slows every slice). On CPU
+    with one thread: per-core speed, the same on every node whatever else shares its cores
+    for a moment; a CPU quota still shows."""
     n, dtype = (8192, torch.bfloat16) if device.type == "cuda" else (384, torch.float32)
-    a = torch.randn(n, n, device=device, dtype=dtype)
-    b = torch.randn(n, n, device=device, dtype=dtype)
-    for _ in range(3):
-        a @ b
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    sync()
-    count, started = 0, time.perf_counter()
-    while time.perf_counter() - started < _COMPUTE_S:
-        for _ in range(10 if device.type == "cuda" else 1):
+    threads = torch.get_num_threads()
+    if device.type != "cuda":
+        torch.set_num_threads(1)
+    try:
+        a = torch.randn(n, n, device=device, dtype=dtype)
+        b = torch.randn(n, n, device=device, dtype=dtype)
+        for _ in range(3):
             a @ b
-            count += 1
+        sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
         sync()
-    return 2 * n ** 3 * count / (time.perf_counter() - started) / 1e9
+        rates = []
+        for _ in range(_SLICES):
+            count, started = 0, time.perf_counter()
+            while time.perf_counter() - started < _COMPUTE_S / _SLICES:
+                for _ in range(10 if device.type == "cuda" else 1):
+                    a @ b
+                    count += 1
+                sync()
+            rates.append(2 * n ** 3 * count / (time.perf_counter() - started) / 1e9)
+        return statistics.median(rates)
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _transport() -> str:
