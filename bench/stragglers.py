@@ -199,6 +199,8 @@ def nodecheck(factor: float) -> dict:
                 "check_s": verdict["seconds"], "gflops": gflops,
                 "named": [f["node"] for f in verdict["findings"]],
                 "exit": [p.returncode for p in procs],
+                "node1_says": next((ln for ln in outs[1].splitlines() if "[slow-node]" in ln),
+                                   ""),
                 "summary": verdict["summary"]}
 
 
