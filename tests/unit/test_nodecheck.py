@@ -62,3 +62,19 @@ def test_a_node_on_sockets_while_others_use_infiniband():
     v = judge(_rows(dict.fromkeys(range(3), 100), dict.fromkeys(range(3), 10.0),
                     transport=dict.fromkeys(range(3), "Socket")), HOSTS, seconds=1, busbw=1)
     assert v["findings"] == []
+
+
+@pytest.mark.parametrize("nnodes", [2, 3, 4, 5, 8])
+def test_ring_phases_never_make_a_node_send_and_receive_at_once(nnodes):
+    from meshrun.worker.nodecheck import _phase_of, _phases
+
+    edges = {}
+    for sender in range(nnodes):
+        phase = _phase_of(sender, nnodes)
+        assert 0 <= phase < _phases(nnodes)
+        edges.setdefault(phase, []).append((sender, (sender + 1) % nnodes))
+    assert sum(len(e) for e in edges.values()) == nnodes       # every edge, once
+    for phase, pairs in edges.items():
+        senders = {a for a, _ in pairs}
+        receivers = {b for _, b in pairs}
+        assert not senders & receivers, (phase, pairs)

@@ -3,6 +3,8 @@ worker side's timings (meshrun.progress / meshrun.arrive)."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from meshrun import protocol
@@ -120,15 +122,24 @@ def test_progress_round_trips_with_and_without_timings():
     assert old.steps == 0 and old.step == 7
 
 
+def _bare_writer(mod):
+    """A writer without its thread: only the training thread's side."""
+    from collections import deque
+
+    writer = object.__new__(mod._Writer)
+    writer.ended_at = writer.arrived_at = None
+    writer.steps, writer.newest, writer.gpu_busy, writer.pending = [], None, [], deque()
+    writer.cuda = writer.end_event = writer.arrive_event = None
+    writer.wake = type("W", (), {"set": lambda self: None})()
+    return writer
+
+
 def test_the_writer_reports_mean_step_and_compute_times(monkeypatch):
     from meshrun.worker import progress as mod
 
     clock = iter([0.0, 0.3, 1.0, 1.4, 2.0, 2.2, 3.0]).__next__
     monkeypatch.setattr(mod.time, "monotonic", clock)
-    writer = object.__new__(mod._Writer)  # no thread: only the training thread's side
-    writer.ended_at = writer.arrived_at = None
-    writer.steps, writer.newest = [], None
-    writer.wake = type("W", (), {"set": lambda self: None})()
+    writer = _bare_writer(mod)
     writer.note(1)                      # t=0: the first step ends (nothing before it)
     for step in (2, 3, 4):              # arrive at 0.3, 1.4, 2.2; end at 1.0, 2.0, 3.0
         writer.arrive()
@@ -151,3 +162,84 @@ def test_median_without_one_value_matches_the_slow_way(values):
         rest.remove(v)
         assert _median_without(ordered, v) == (statistics.median(rest) if rest else None)
     assert _median_without(ordered, None) == statistics.median(ordered)
+
+
+def test_one_slow_report_then_silence_is_no_alarm():
+    """A rank that stops reporting (an evaluation loop without progress calls, a hang) is
+    not judged on what it said before it went quiet."""
+    tracker = Stragglers(nnodes=2, nproc=1, window=30)
+    notices = _feed(tracker, 8, lambda r, t: 0.2 if r == 1 and t >= 7 else 0.1)
+    step = 200
+    for t in range(8, 60):   # nothing new from anyone for 52 s
+        notices += [(t, n) for n in tracker.observe(float(t), {0: "", 1: ""})]
+        step += 1
+    assert notices == []
+
+
+def test_a_noisy_slow_node_is_named_a_noisy_fast_one_is_not():
+    """Per-report ratios that scatter around 1.5x (a CPU quota lands in bursts) name the
+    node; scatter around 1.0x with the odd 1.3x report does not."""
+    import random
+
+    rng = random.Random(1)
+    tracker = Stragglers(nnodes=2, nproc=1, window=30)
+    notices = _feed(tracker, 60, lambda r, t: 0.1 * (rng.choice([1.1, 1.5, 1.9])
+                                                      if r == 1 else 1.0))
+    assert [n.node for _, n in notices] == [1]
+    tracker = Stragglers(nnodes=2, nproc=1, window=30)
+    notices = _feed(tracker, 120, lambda r, t: 0.1 * (rng.choice([0.9, 1.0, 1.0, 1.3])
+                                                       if r == 1 else 1.0))
+    assert notices == []
+
+
+def test_a_restart_of_a_named_node_is_not_a_recovery():
+    tracker = Stragglers(nnodes=2, nproc=1, window=10)
+    notices = _feed(tracker, 20, lambda r, t: 0.2 if r == 1 else 0.1)
+    assert [n.kind for _, n in notices] == ["slow"]
+    # the workers restart (steps from 1 again), still slow
+    notices = _feed(tracker, 30, lambda r, t: 0.2 if r == 1 else 0.1, start=20, step0=0)
+    assert notices == []
+
+
+def test_one_node_compares_ranks_with_the_other_ranks():
+    tracker = Stragglers(nnodes=1, nproc=4, window=5)
+    notices = _feed(tracker, 20, lambda r, t: 0.2 if r == 3 else 0.1)
+    assert [(n.node, n.ranks) for _, n in notices] == [(0, (3,))]
+    assert "of the other ranks over 5 s; rank 3" in notices[0][1].line
+
+
+def test_on_a_gpu_the_compute_time_is_the_devices_read_when_complete(monkeypatch):
+    """CUDA events (a fake device whose clock the test sets): the time between a step's end
+    and the next arrival on the device, read only once both completed, never waited for."""
+    from meshrun.worker import progress as mod
+
+    device = {"now": 0.0, "done": 0.0}
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            self.at = None
+
+        def record(self):
+            self.at = device["now"]
+
+        def query(self):
+            return self.at <= device["done"]
+
+        def elapsed_time(self, other):
+            return (other.at - self.at) * 1000.0
+
+    Cuda = type("Cuda", (), {"Event": Event, "is_initialized": staticmethod(lambda: True)})
+
+    monkeypatch.setitem(sys.modules, "torch", type("T", (), {"cuda": Cuda})())
+    writer = _bare_writer(mod)
+    writer.note(1)                                 # device t=0: step 1 ends
+    for step, (arrive, end) in enumerate([(0.5, 1.0), (1.7, 2.0), (2.2, 3.0)], start=2):
+        device["now"] = arrive
+        writer.arrive()
+        device["now"] = end
+        writer.note(step)
+    assert writer.gpu_busy == []                   # nothing completed yet: nothing read
+    device["done"] = 3.0
+    writer.note(5)                                 # every pair completed by now
+    report = writer._report((5, 1.0))
+    assert report.busy_s == pytest.approx((0.5 + 0.7 + 0.2) / 3)

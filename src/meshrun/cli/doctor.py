@@ -79,7 +79,7 @@ def _all_nodes(plan, args: argparse.Namespace) -> list:
     return doctor.from_preflight(verdict)
 
 
-def _wait_until_closed(host: str, port: int, seconds: float = 10.0) -> None:
+def _wait_until_closed(host: str, port: int, seconds: float = 10.0) -> bool:
     """Nodes 1..N-1: until node 0's doctor has closed the store of the exchange (the node
     check's run opens a new one on the same port; joining the old one would find another
     run's id)."""
@@ -91,8 +91,9 @@ def _wait_until_closed(host: str, port: int, seconds: float = 10.0) -> None:
         try:
             socket.create_connection((host, port), timeout=1.0).close()
         except OSError:
-            return
+            return True
         time.sleep(0.05)
+    return False
 
 
 _FIX = {
@@ -128,7 +129,13 @@ def _node_check(plan, ctx: Context) -> list:
     print("meshrun doctor: running the node check on every node ...", file=sys.stderr,
           flush=True)
     if plan.node_rank != 0:
-        _wait_until_closed(plan.master_addr, plan.master_port)
+        if not _wait_until_closed(plan.master_addr, plan.master_port):
+            return [Finding("node-check-failed", "error", "nodes",
+                            f"node 0's store at {plan.master_addr}:{plan.master_port} still "
+                            "answers 10 s after the preflight: the node check cannot start "
+                            "its own run there",
+                            "run meshrun doctor --all-nodes on every node at once, and "
+                            "nothing else on that port")]
     else:
         import gc
 

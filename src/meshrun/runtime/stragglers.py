@@ -12,15 +12,19 @@ names a slow rank only when ranks do not wait for each other.
 
 The rule. A rank's figure is divided by the reference of its node: the median, over the
 *other* nodes, of each node's median figure (with two nodes, the other node; on one node,
-the median of the other ranks). A rank is **slow** while that ratio is at least ``factor``
-(1.25 by default) and its figure at least ``_FLOOR_S`` above the reference; a node is named
-once some of its ranks have been slow in every report they sent for ``window`` seconds (30
-by default), with the median ratio of those ranks, how long, and which ranks. A report that
-is not slow ends the rank's streak. Nothing counts before a rank's third report with
-timings and its ``_WARMUP_STEPS``-th step (start-up, compilation, lazy initialisation), and
-a pause every rank shares (a checkpoint save, an evaluation) changes no ratio; a pause only
-one rank takes (rank 0 writing a checkpoint) lasts one report, not a window. When a named
-node's ranks are no longer slow, one line says so.
+the median of the other ranks). A report is **slow** when that ratio is at least ``factor``
+(1.25 by default) and the figure at least ``_FLOOR_S`` above the reference. A rank is slow
+once it has reported without a break (no gap over ``_FRESH_S``, no restart) for ``window``
+seconds (30 by default) and at least half of its reports over the last ``window`` seconds
+were slow: the window's median ratio is at or above the factor, so the noise of single
+reports neither names a node nor ends a streak. A node is named once some of its ranks
+are slow, with the median ratio of those ranks and which ranks; it is "no longer slow" once
+its ranks, judged on a full window again, are not. Nothing counts before a rank's third
+report with timings and its ``_WARMUP_STEPS``-th step (start-up, compilation, lazy
+initialisation); a pause every rank shares (a checkpoint save, an evaluation) changes no
+ratio; a pause only one rank takes (rank 0 writing a checkpoint) is one report of many in
+the window; a rank that stops reporting (a hang, a pause, the end) is judged only once it
+has reported for a whole window again.
 
 Cost on node 0: the progress values are the ones the hang check reads (one ``multi_get`` a
 beat); the judgement is a sort of N node figures, O(W + N log N) for W ranks.
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import bisect
 import statistics
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -89,9 +94,10 @@ class Notice:
 
 
 def slow_line(node: int, host: str, ratio: float, seconds: float, ranks: tuple[int, ...],
-              measure: str) -> str:
+              measure: str, *, one_node: bool = False) -> str:
+    others = "the other ranks" if one_node else "the other nodes"
     return (f"meshrun: node {node} ({host}) is slow: {ratio:.1f}x the median {measure} per "
-            f"step of the other nodes for {seconds:.0f} s; {rank_list(list(ranks))}")
+            f"step of {others} over {seconds:.0f} s; {rank_list(list(ranks))}")
 
 
 def recovered_line(node: int, host: str) -> str:
@@ -107,8 +113,9 @@ class _Rank:
     figure: float = -1.0      # the latest counted figure (busy, else step time)
     measure: str = ""
     at: float = -1.0          # node 0's clock when that figure came
-    slow_since: float | None = None
-    ratio: float = 0.0
+    since: float | None = None  # start of its unbroken run of counted reports
+    recent: deque = field(default_factory=deque)  # (time, ratio) over the last window
+    slow_count: int = 0       # how many of ``recent`` are at or above the factor
 
 
 @dataclass
@@ -157,7 +164,7 @@ class Stragglers:
             return False
         if state.first_step < 0 or p.step < state.last_step:  # first report, or a restart
             state.first_step, state.reports = p.step, 0
-            state.slow_since = None
+            self._break(state)
         state.last_step = p.step
         if p.steps <= 0 or p.step_s < 0:
             return False
@@ -172,8 +179,17 @@ class Stragglers:
             totals.busy_s += p.busy_s * p.steps
         state.figure, state.measure = ((p.busy_s, "compute time") if p.busy_s >= 0
                                        else (p.step_s, "step time"))
+        if state.since is None or now - state.at > _FRESH_S:  # a gap: the run starts again
+            self._break(state)
+            state.since = now
         state.at = now
         return True
+
+    @staticmethod
+    def _break(state: _Rank) -> None:
+        state.since = None
+        state.recent.clear()
+        state.slow_count = 0
 
     def _references(self, now: float, measure: str) -> dict[int, float]:
         """node -> the median over the other nodes of each node's median figure."""
@@ -204,42 +220,53 @@ class Stragglers:
             else:
                 ref = node_refs.get(self.node_of(rank))
             if ref is None or ref <= 0:
-                continue  # nothing to compare with yet: the streak neither grows nor ends
+                continue  # nothing to compare with yet
             ratio = state.figure / ref
-            if ratio >= self.factor and state.figure - ref >= _FLOOR_S:
-                if state.slow_since is None:
-                    state.slow_since = now
-                state.ratio = ratio
-            else:
-                state.slow_since = None
+            slow = ratio >= self.factor and state.figure - ref >= _FLOOR_S
+            state.recent.append((now, ratio, slow))
+            state.slow_count += slow
+            while state.recent and state.recent[0][0] < now - self.window:
+                state.slow_count -= state.recent.popleft()[2]
+
+    def _covered(self, state: _Rank, now: float) -> bool:
+        """Reporting without a break for the whole window, and still reporting."""
+        return (state.since is not None and now - state.since >= self.window
+                and now - state.at <= _FRESH_S and len(state.recent) >= 3)
+
+    def _slow(self, state: _Rank) -> bool:
+        """At least half of its reports over the window were slow: the window's median
+        ratio is at or above the factor (a few fast reports do not end it)."""
+        return 2 * state.slow_count >= len(state.recent)
 
     def _notices(self, now: float) -> list[Notice]:
         out: list[Notice] = []
         slow: dict[int, list[int]] = {}
-        streaking: set[int] = set()
+        clear: dict[int, bool] = {}  # node -> some rank covered, none of them slow
         for rank, state in self._ranks.items():
-            if state.slow_since is None:
+            if not self._covered(state, now):
                 continue
             node = self.node_of(rank)
-            streaking.add(node)
-            if now - state.slow_since >= self.window:
+            if self._slow(state):
                 slow.setdefault(node, []).append(rank)
+                clear[node] = False
+            else:
+                clear.setdefault(node, True)
         for node, ranks in sorted(slow.items()):
             if node in self._named:
                 continue
-            states = [self._ranks[r] for r in ranks]
-            ratio = statistics.median(s.ratio for s in states)
-            seconds = max(now - s.slow_since for s in states if s.slow_since is not None)
+            ratio = statistics.median(
+                statistics.median(r for _, r, _ in self._ranks[rank].recent) for rank in ranks)
             host = self.hosts.get(node, "?")
-            measure = states[0].measure
-            notice = Notice("slow", node, host, ratio, seconds, tuple(sorted(ranks)), measure,
-                            slow_line(node, host, ratio, seconds, tuple(sorted(ranks)),
-                                      measure))
+            measure = self._ranks[ranks[0]].measure
+            ranks_t = tuple(sorted(ranks))
+            notice = Notice("slow", node, host, ratio, self.window, ranks_t, measure,
+                            slow_line(node, host, ratio, self.window, ranks_t, measure,
+                                      one_node=self.nnodes == 1))
             self._named[node] = notice
             self.totals.setdefault(node, _Totals()).named += 1
             out.append(notice)
         for node in sorted(self._named):
-            if node not in streaking:
+            if clear.get(node):  # judged on a full window again, and not slow
                 named = self._named.pop(node)
                 out.append(Notice("recovered", node, named.host, 0.0, 0.0, named.ranks,
                                   named.measure, recovered_line(node, named.host)))

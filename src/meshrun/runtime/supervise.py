@@ -135,18 +135,20 @@ def start_watchdog(job: JobStore, plan: LaunchPlan, supervision: Supervision,
                           factor=supervision.slow_factor, window=supervision.slow_window)
     events_path = os.path.join(plan.log_dir, f"events.node{plan.node_rank}.jsonl")
 
+    files = FileWriter()  # off the watchdog's beat: a stalled log folder must not hold it
+
     def on_notice(record: dict) -> None:
         """A straggler notice: one line on the console, one record in the node's events."""
         print(record.get("line", ""), file=sys.stderr, flush=True)
-        try:
-            with open(events_path, "a", encoding="utf-8") as handle:
-                handle.write(json.dumps({**record, "time": time.time()}) + "\n")
-        except OSError:
-            pass  # the console line is the notice; the file is a copy
+        files.put(append_line, events_path, json.dumps({**record, "time": time.time()}))
 
-    def on_summary(summary: dict) -> None:
-        write_atomically(os.path.join(plan.log_dir, "node_steps.json"),
-                         json.dumps(summary, indent=2) + "\n")
+    def on_summary(summary: dict, final: bool = False) -> None:
+        args = (os.path.join(plan.log_dir, "node_steps.json"), json.dumps(summary, indent=2))
+        if final:  # the node is ending: the queued notices first, then this, in place
+            files.drain(1.0)
+            write_atomically(*args)
+        else:
+            files.put(write_atomically, *args)
 
     dog = Watchdog(host=plan.master_addr, port=job.port, node_rank=plan.node_rank,
                    nnodes=plan.nnodes, world_size=plan.world_size, hosts=hosts,
@@ -157,6 +159,51 @@ def start_watchdog(job: JobStore, plan: LaunchPlan, supervision: Supervision,
                    on_summary=on_summary)
     dog.start()
     return dog
+
+
+class FileWriter:
+    """Writes files on a daemon thread of its own, in order; at most 64 waiting (a log
+    folder that stalls loses the newest, never the caller's time)."""
+
+    def __init__(self) -> None:
+        import queue
+
+        self._queue: Any = queue.Queue(maxsize=64)
+        self._thread: threading.Thread | None = None
+
+    def put(self, write: Any, *args: Any) -> None:
+        import queue
+
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="meshrun-files",
+                                            daemon=True)
+            self._thread.start()
+        try:
+            self._queue.put_nowait((write, args))
+        except queue.Full:
+            pass
+
+    def _run(self) -> None:
+        while True:
+            write, args = self._queue.get()
+            try:
+                write(*args)
+            finally:
+                self._queue.task_done()
+
+    def drain(self, seconds: float) -> None:
+        """Wait up to ``seconds`` for what is queued to be written."""
+        deadline = time.monotonic() + seconds
+        while self._queue.unfinished_tasks and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+
+def append_line(path: str, line: str) -> None:
+    try:
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(line + "\n")
+    except OSError:
+        pass  # the console line is the notice; the file is a copy
 
 
 def write_atomically(path: str, text: str) -> None:

@@ -38,7 +38,7 @@ hung attempt does not count until a rank of the new attempt reports.
 Slow nodes: the same progress values, read once a beat, go to node 0's straggler check
 (:mod:`meshrun.runtime.stragglers`, ``slow``); its notices ride in the watch (``notices``,
 numbered) and every node hands each new one to ``on_notice`` once; ``on_summary`` gets
-each node's step times every ten beats and at the end.
+each node's step times every ten beats and, with ``final`` true, at the end.
 
 Liveness links (:mod:`meshrun.runtime.links`): node 0 also listens for one idle TCP
 connection from every other node's watchdog; one that closes without a goodbye byte is a
@@ -111,7 +111,7 @@ class Watchdog(threading.Thread):
                  send_signal: Callable[[int, int], Any] = lambda pid, sig: os.kill(pid, sig),
                  slow: Any = None,
                  on_notice: Callable[[dict], None] = lambda record: None,
-                 on_summary: Callable[[dict], None] = lambda summary: None,
+                 on_summary: Callable[..., None] = lambda summary, final=False: None,
                  ) -> None:
         super().__init__(name="meshrun-watchdog", daemon=True)
         self.host, self.port = host, port
@@ -178,15 +178,15 @@ class Watchdog(threading.Thread):
             self._goodbye(status)
         finally:  # after the goodbye heartbeat (a bare close means death), even on a signal
             self._close_links(status)
+        if self.slow is not None and not self.is_alive():
+            try:  # the thread is over: the figures are still; after the goodbye, as files
+                self.on_summary(self.slow.summary(), True)
+            except Exception:  # noqa: BLE001, S110 - a summary must not fail the exit
+                pass
 
     def _goodbye(self, status: Goodbye) -> None:
         if self.is_alive() and threading.current_thread() is not self:
             self.join(self.interval + self._patience + 1.0)
-        if self.slow is not None and not self.is_alive():
-            try:  # the thread is over: the figures are still
-                self.on_summary(self.slow.summary())
-            except Exception:  # noqa: BLE001, S110 - a summary must not hold the goodbye
-                pass
         self.mark_ended()
         store = self._usable_store()
         if store is None:
@@ -305,7 +305,10 @@ class Watchdog(threading.Thread):
             if self.hang_timeout > 0:
                 self._judge_hang(store, now, values)
             if self.slow is not None:
-                self._judge_slow(values, now)
+                try:
+                    self._judge_slow(values, now)
+                except Exception:  # noqa: BLE001, S110 - a warning must never cost a beat
+                    pass
         self._judge_rounds(store)
         self._publish(store, now)
         if self._lost:

@@ -45,7 +45,7 @@ from .. import protocol
 FACTOR = 1.3
 _COMPUTE_S = 1.0     # the compute test, in ``_SLICES`` slices
 _SLICES = 5
-_TIMEOUT_S = 60.0     # every collective of the check
+_TIMEOUT_S = 30.0     # every operation of the check, and its process group
 _TRANSPORTS = ("unknown", "P2P/SHM only", "Socket", "IB")
 
 
@@ -123,10 +123,31 @@ def _group(torch_dist, rank: int, world: int, device_type: str):
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     prefixed = torch_dist.PrefixStore(protocol.nodecheck_prefix(attempt), store)
     if device_type == "cuda":
-        return prefixed, torch_dist.ProcessGroupNCCL(prefixed, rank, world)
+        opts = torch_dist.ProcessGroupNCCL.Options()
+        opts._timeout = timedelta(seconds=_TIMEOUT_S)
+        return prefixed, torch_dist.ProcessGroupNCCL(prefixed, rank, world, opts)
     # this constructor picks the interface as init_process_group does (GLOO_SOCKET_IFNAME)
     return prefixed, torch_dist.ProcessGroupGloo(prefixed, rank, world,
                                                  timedelta(seconds=_TIMEOUT_S))
+
+
+def wait(work) -> None:
+    """Every operation of the check waits at most ``_TIMEOUT_S`` (a rank that failed its
+    part does not hold the others past it)."""
+    work.wait(timedelta(seconds=_TIMEOUT_S))
+
+
+def _phases(nnodes: int) -> int:
+    """The ring's edges (node i -> i + 1) in phases where no node both sends and receives:
+    two for an even count, three for an odd one (the closing edge alone). On NCCL a send
+    and a receive between the same pair on one stream would wait for each other."""
+    return 2 if nnodes % 2 == 0 else 3
+
+
+def _phase_of(sender: int, nnodes: int) -> int:
+    if nnodes % 2 and sender == nnodes - 1:
+        return 2
+    return sender % 2
 
 
 def _compute_gflops(torch, device) -> float:
@@ -160,9 +181,25 @@ def _compute_gflops(torch, device) -> float:
 
 
 def _transport() -> str:
-    from .collbench import _nccl_transport
+    """This host's NCCL transport, from this host's NCCL log files only (a shared log folder
+    holds every node's: ``%h`` is the host name in ``NCCL_DEBUG_FILE``)."""
+    import glob
+    import re
 
-    return _nccl_transport()
+    from .collbench import transport_from_nccl_log
+
+    pattern = os.environ.get("NCCL_DEBUG_FILE", "")
+    if not pattern:
+        return "unknown"
+    mine = re.sub(r"%p", "*", pattern.replace("%h", socket.gethostname()))
+    text = ""
+    for path in glob.glob(mine):
+        try:
+            with open(path, errors="replace") as handle:
+                text += handle.read()
+        except OSError:
+            continue
+    return transport_from_nccl_log(text)
 
 
 def measure() -> dict[str, Any]:
@@ -183,41 +220,45 @@ def measure() -> dict[str, Any]:
     store, pg = _group(torch_dist, rank, world, device.type)
     if local == 0:
         store.set(protocol.nodecheck_host_key(node), socket.gethostname())
-    pg.barrier().wait()
+    wait(pg.barrier())
     gflops = _compute_gflops(torch, device)
 
     size = (256 << 20) if cuda else (4 << 20)
     buf = torch.ones(size // 4, device=device)
-    pg.allreduce([buf]).wait()  # warm-up: connections made
-    pg.barrier().wait()
+    wait(pg.allreduce([buf]))  # warm-up: connections made
+    wait(pg.barrier())
     t0, iters = time.perf_counter(), 5
     for _ in range(iters):
-        pg.allreduce([buf]).wait()
+        wait(pg.allreduce([buf]))
     if cuda:
         torch.cuda.synchronize()
     seconds = (time.perf_counter() - t0) / iters
     busbw = size / seconds / 1e9 * (2 * (world - 1) / world if world > 1 else 0.0)
 
     link_in = -1.0
-    if local == 0 and nnodes > 1:  # node ring over local ranks 0: send next, receive previous
-        nxt, prev = ((node + 1) % nnodes) * nproc, ((node - 1) % nnodes) * nproc
-        out, got = torch.ones(size // 4, device=device), torch.empty(size // 4, device=device)
+    if nnodes > 1:  # node ring over local ranks 0 (every rank takes part in the barriers)
         took = []
-        for i in range(4):  # the first is a warm-up
-            sent = pg.send([out], nxt, i)
-            t = time.perf_counter()
-            pg.recv([got], prev, i).wait()
-            if cuda:
-                torch.cuda.synchronize()
-            took.append(time.perf_counter() - t)
-            sent.wait()
-        link_in = size / statistics.median(took[1:]) / 1e9
+        out, got = torch.ones(size // 4, device=device), torch.empty(size // 4, device=device)
+        for phase in range(_phases(nnodes)):
+            for i in range(4):  # the first is a warm-up
+                wait(pg.barrier())  # sender and receiver start together
+                if local == 0 and _phase_of(node, nnodes) == phase:  # my edge node -> next
+                    wait(pg.send([out], ((node + 1) % nnodes) * nproc, i))
+                if local == 0 and _phase_of((node - 1) % nnodes, nnodes) == phase:
+                    t = time.perf_counter()
+                    wait(pg.recv([got], ((node - 1) % nnodes) * nproc, i))
+                    if cuda:
+                        torch.cuda.synchronize()
+                    if i:
+                        took.append(time.perf_counter() - t)
+        if took:
+            link_in = size / statistics.median(took) / 1e9
     transport = _transport() if cuda and local == 0 else "unknown"
     row = torch.tensor([float(rank), float(node), gflops, link_in,
                         float(_TRANSPORTS.index(transport) if transport in _TRANSPORTS else 0)],
                        dtype=torch.float64, device=device)
     rows = [torch.empty_like(row) for _ in range(world)]
-    pg.allgather([rows], [row]).wait()
+    wait(pg.allgather([rows], [row]))
     hosts = {}
     if local == 0:
         names = store.multi_get([protocol.nodecheck_host_key(n) for n in range(nnodes)])
@@ -225,8 +266,13 @@ def measure() -> dict[str, Any]:
     table = [{"rank": int(r[0]), "node": int(r[1]), "gflops": float(r[2]),
               "link_in": float(r[3]), "transport": _TRANSPORTS[int(r[4])]}
              for r in (t.cpu().tolist() for t in rows)]
-    pg.barrier().wait()  # nobody leaves (closing its connections) while another still reads
+    wait(pg.barrier())  # nobody leaves (closing its connections) while another still reads
+    shutdown = getattr(pg, "shutdown", None)
+    if shutdown is not None:
+        shutdown()
     del pg
+    if cuda:
+        torch.cuda.empty_cache()
     return judge(table, hosts, seconds=time.monotonic() - started, busbw=busbw)
 
 

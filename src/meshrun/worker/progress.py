@@ -15,7 +15,10 @@ gradient all-reduce; before your own all-reduce otherwise). With it, each report
 carries how long the rank worked before arriving (its mean over the steps since the last
 report), the figure the straggler check compares between ranks: the ranks that wait for a
 slow one all show the same step time, so only the time before the wait tells them apart.
-Without it, only the mean step time is sent. Both are one clock read and a list append.
+Without it, only the mean step time is sent. Both are one clock read and a list append;
+once the script has initialised CUDA, where the host only queues the work, the compute time
+is the device's instead: a CUDA event recorded at each step's end and at each arrival, the
+time between them read once the device has completed both (never waited for).
 
 Outside meshrun (no ``MESHRUN_STORE``) it does nothing. When no rank ever calls it,
 meshrun's hang detection is off (it cannot tell a hang from a long step); node-loss
@@ -25,8 +28,10 @@ detection works regardless.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
+from collections import deque
 from datetime import timedelta
 from typing import Any
 
@@ -47,6 +52,13 @@ class _Writer:
         self.ended_at: float | None = None
         self.arrived_at: float | None = None
         self.steps: list[tuple[float, float]] = []  # (step duration, busy or -1) since sent
+        # on a GPU the host only queues the work: the compute time is the device's, between
+        # CUDA events recorded at the step's end and at the arrival (read once complete)
+        self.cuda: Any = None
+        self.end_event: Any = None
+        self.arrive_event: Any = None
+        self.pending: deque = deque()   # (end of step s-1, arrival of step s) events
+        self.gpu_busy: list[float] = []  # device compute times since sent
         self.wake = threading.Event()
         self.halt = threading.Event()
         self.thread = threading.Thread(target=self._run, name="meshrun-progress", daemon=True)
@@ -59,18 +71,52 @@ class _Writer:
             busy = arrived - ended if arrived is not None and arrived >= ended else -1.0
             self.steps.append((now - ended, busy))  # list.append: atomic, never waits
         self.ended_at = now
+        if self._device() is not None:
+            self._gpu_note()
         self.newest = (step, time.time())  # one assignment: the training thread never waits
         self.wake.set()
 
     def arrive(self) -> None:
         self.arrived_at = time.monotonic()
+        cuda = self._device()
+        if cuda is not None:
+            self.arrive_event = cuda.Event(enable_timing=True)
+            self.arrive_event.record()
+
+    def _device(self) -> Any:
+        """torch.cuda once the script has initialised CUDA (never imports torch itself)."""
+        if self.cuda is None:
+            torch = sys.modules.get("torch")
+            cuda = getattr(torch, "cuda", None)
+            try:
+                if cuda is not None and cuda.is_initialized():
+                    self.cuda = cuda
+            except Exception:  # noqa: BLE001, S110 - then the host's clock serves
+                pass
+        return self.cuda
+
+    def _gpu_note(self) -> None:
+        """At a step's end: pair the last end and arrival events, record this end, and read
+        every pair the device has completed (never waits for one)."""
+        if self.end_event is not None and self.arrive_event is not None:
+            self.pending.append((self.end_event, self.arrive_event))
+            if len(self.pending) > 64:   # a device that never completes: keep the newest
+                self.pending.popleft()
+        self.arrive_event = None
+        self.end_event = self.cuda.Event(enable_timing=True)
+        self.end_event.record()
+        while self.pending and self.pending[0][1].query():
+            end, arrival = self.pending.popleft()
+            if len(self.gpu_busy) < _MAX_SAMPLES:
+                self.gpu_busy.append(end.elapsed_time(arrival) / 1000.0)
 
     def _report(self, newest: tuple[int, float]) -> Progress:
         """The newest step and the means of the steps ended since the last report."""
         steps, self.steps = self.steps, []  # a step noted meanwhile may be lost: harmless
+        gpu, self.gpu_busy = self.gpu_busy, []
         if not steps:
             return Progress(*newest)
-        busy = [b for _, b in steps if b >= 0]
+        busy = gpu if self.cuda is not None else [b for _, b in steps if b >= 0]
         return Progress(newest[0], newest[1], sum(d for d, _ in steps) / len(steps),
                         sum(busy) / len(busy) if busy else -1.0, len(steps))
 
