@@ -16,6 +16,8 @@ its arrival with meshrun.arrive before the backward and reports meshrun.progress
   seconds from the job's first step to the line naming the node (or "not named" within
   ``--seconds``), and false alarms (lines naming any other node). F = 1 is the unthrottled
   job (any line is a false alarm).
+  With ``--onset S`` the quota is set S seconds after the first step instead (a node that
+  slows down mid-run) and the time is counted from then.
 * ``overhead``: two nodes of two workers, the detector on (defaults) and off
   (``--slow-window 0``), alternated three times, 25 s each: the script's steps per second.
 * ``calls``: the worker's side alone: one ``meshrun.arrive()`` + ``meshrun.progress(step)``,
@@ -89,29 +91,56 @@ def job(folder: Path, nodes: int, *, nproc: int = 1, seconds: float, extra=(),
     return [p.returncode for p in procs], outs, first or time.monotonic()
 
 
-def detect(nodes: int, factor: float, seconds: float) -> dict:
+def detect(nodes: int, factor: float, seconds: float, onset: float | None = None) -> dict:
+    """``onset``: the quota is set that many seconds after the job's first step (the node
+    slows down mid-run), and the time to the line is counted from then."""
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         named_at: list[float] = []
         quota_cpus = share(nodes) / factor
-        with CpuQuota(f"bench{nodes}", cpus=quota_cpus if factor > 1 else 0) as quota:
+        start_cpus = quota_cpus if factor > 1 and onset is None else 0
+        with CpuQuota(f"bench{nodes}", cpus=start_cpus) as quota:
             port_watch = _Watch(folder / "node0.out", named_at)
             port_watch.start()
+            slowed: list[float] = []
+            if onset is not None:
+                _later(folder / "node0.out", onset, lambda: (quota.set(quota_cpus),
+                                                             slowed.append(time.monotonic())))
             codes, outs, first = job(folder, nodes, seconds=seconds, quota=quota)
             port_watch.stop = True
             throttled = quota.throttled_s()
+        if slowed:
+            first = slowed[0]
         lines = [ln for ln in outs[0].splitlines() if " is slow: " in ln]
         slow = nodes - 1
         right = [ln for ln in lines if ln.startswith(f"meshrun: node {slow} (")]
         rows = json.loads((folder / "logs" / "b" / "node_steps.json").read_text())["nodes"]
         compute = {r["node"]: r["compute_s"] for r in rows}
         others = statistics.median(v for n, v in compute.items() if n != slow)
-        return {"nodes": nodes, "factor": factor, "quota_cpus": round(quota_cpus, 3)
+        return {"nodes": nodes, "factor": factor, "onset_s": onset, "quota_cpus": round(quota_cpus, 3)
                 if factor > 1 else None, "measured_ratio": round(compute[slow] / others, 2),
                 "named_after_s": round(named_at[0] - first, 1) if right and named_at else None,
                 "false_alarms": len(lines) - len(right) + (len(right) if factor <= 1 else 0),
                 "line": right[0] if right else (lines[0] if lines else ""),
                 "throttled_s": round(throttled, 1), "exit": codes}
+
+
+def _later(path: Path, delay: float, action) -> None:
+    """On a thread: ``delay`` seconds after the job's first step (in ``path``), ``action``."""
+    import threading
+
+    def run() -> None:
+        while True:
+            try:
+                if "first step done" in path.read_text():
+                    break
+            except OSError:
+                pass
+            time.sleep(0.2)
+        time.sleep(delay)
+        action()
+
+    threading.Thread(target=run, daemon=True).start()
 
 
 class _Watch:
@@ -211,6 +240,8 @@ def main() -> int:
     parser.add_argument("--factors", default="1,1.2,1.5,2,4")
     parser.add_argument("--nodes", default="2,4")
     parser.add_argument("--seconds", type=float, default=80)
+    parser.add_argument("--onset", type=float, default=None,
+                        help="detect: slow the node down this long after the first step")
     parser.add_argument("--json", metavar="PATH")
     a = parser.parse_args()
     why = available()
@@ -222,7 +253,7 @@ def main() -> int:
         results["detect"] = []
         for nodes in (int(n) for n in a.nodes.split(",")):
             for factor in factors:
-                row = detect(nodes, factor, a.seconds)
+                row = detect(nodes, factor, a.seconds, a.onset)
                 results["detect"].append(row)
                 print(json.dumps(row), flush=True)
     if "overhead" in a.parts:

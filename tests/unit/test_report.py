@@ -176,7 +176,7 @@ def test_per_node_step_times_and_slow_notices(tmp_path):
     table = text.split("per node")[1].splitlines()
     assert table[2].split()[:4] == ["0", "host-a", "150", "100"]    # step ms, compute ms
     assert table[3].split()[:4] == ["1", "host-b", "300", "200"]
-    assert "node 1 (host-b) is slow: 2.0x the median compute time" in text
+    assert "node 1 (host-b) is slow: 2.00x the median compute time" in text
     # a run without the check has no table
     plain = run_dir(tmp_path, "b", world=4, nnodes=2, rates=[100.0])
     assert "per node" not in render_text(report([plain]))

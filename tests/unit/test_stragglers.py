@@ -41,7 +41,7 @@ def test_a_slow_node_is_named_after_the_window_with_its_ranks_and_ratio():
     assert notice.kind == "slow" and notice.node == 3 and notice.ranks == (6, 7)
     assert 30 <= at <= 30 + 5            # the window, after the warm-up reports
     assert notice.ratio == pytest.approx(1.6)
-    assert notice.line.startswith("meshrun: node 3 (host-c) is slow: 1.6x the median "
+    assert notice.line.startswith("meshrun: node 3 (host-c) is slow: 1.60x the median "
                                   "compute time per step") and notice.line.endswith("ranks 6-7")
 
 
@@ -205,7 +205,7 @@ def test_one_node_compares_ranks_with_the_other_ranks():
     tracker = Stragglers(nnodes=1, nproc=4, window=5)
     notices = _feed(tracker, 20, lambda r, t: 0.2 if r == 3 else 0.1)
     assert [(n.node, n.ranks) for _, n in notices] == [(0, (3,))]
-    assert "of the other ranks over 5 s; rank 3" in notices[0][1].line
+    assert "of the other ranks for 5 s; rank 3" in notices[0][1].line
 
 
 def test_on_a_gpu_the_compute_time_is_the_devices_read_when_complete(monkeypatch):

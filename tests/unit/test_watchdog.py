@@ -399,7 +399,7 @@ def test_a_slow_node_is_named_on_every_node_once_and_summarised():
                            protocol.Progress(step, time.time(), 0.3, busy, 10).encode())
             time.sleep(0.25)
         assert notices[1] and notices[1] == notices[0][:1], notices
-        assert notices[1][0]["line"].startswith("meshrun: node 1 (h1) is slow: 2.0x")
+        assert notices[1][0]["line"].startswith("meshrun: node 1 (h1) is slow: 2.00x")
         time.sleep(0.6)
         assert len(notices[1]) == 1       # printed once, though the watch still carries it
     finally:

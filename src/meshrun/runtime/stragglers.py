@@ -19,7 +19,8 @@ seconds (30 by default) and at least half of its reports over the last ``window`
 were slow: the window's median ratio is at or above the factor, so the noise of single
 reports neither names a node nor ends a streak. A node is named once some of its ranks
 are slow, with the median ratio of those ranks and which ranks; it is "no longer slow" once
-its ranks, judged on a full window again, are not. Nothing counts before a rank's third
+its ranks, judged on a full window again, are not. The line gives the median ratio of its
+slow reports and how long ago the first of them in the window came. Nothing counts before a rank's third
 report with timings and its ``_WARMUP_STEPS``-th step (start-up, compilation, lazy
 initialisation); a pause every rank shares (a checkpoint save, an evaluation) changes no
 ratio; a pause only one rank takes (rank 0 writing a checkpoint) is one report of many in
@@ -96,8 +97,8 @@ class Notice:
 def slow_line(node: int, host: str, ratio: float, seconds: float, ranks: tuple[int, ...],
               measure: str, *, one_node: bool = False) -> str:
     others = "the other ranks" if one_node else "the other nodes"
-    return (f"meshrun: node {node} ({host}) is slow: {ratio:.1f}x the median {measure} per "
-            f"step of {others} over {seconds:.0f} s; {rank_list(list(ranks))}")
+    return (f"meshrun: node {node} ({host}) is slow: {ratio:.2f}x the median {measure} per "
+            f"step of {others} for {seconds:.0f} s; {rank_list(list(ranks))}")
 
 
 def recovered_line(node: int, host: str) -> str:
@@ -254,13 +255,17 @@ class Stragglers:
         for node, ranks in sorted(slow.items()):
             if node in self._named:
                 continue
+            # how slow its slow reports are, and since its first slow report in the window
             ratio = statistics.median(
-                statistics.median(r for _, r, _ in self._ranks[rank].recent) for rank in ranks)
+                statistics.median(r for _, r, slow in self._ranks[rank].recent if slow)
+                for rank in ranks)
+            seconds = max(now - next(t for t, _, slow in self._ranks[rank].recent if slow)
+                          for rank in ranks)
             host = self.hosts.get(node, "?")
             measure = self._ranks[ranks[0]].measure
             ranks_t = tuple(sorted(ranks))
-            notice = Notice("slow", node, host, ratio, self.window, ranks_t, measure,
-                            slow_line(node, host, ratio, self.window, ranks_t, measure,
+            notice = Notice("slow", node, host, ratio, seconds, ranks_t, measure,
+                            slow_line(node, host, ratio, seconds, ranks_t, measure,
                                       one_node=self.nnodes == 1))
             self._named[node] = notice
             self.totals.setdefault(node, _Totals()).named += 1
