@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         report = {"world_size": n, "backend": backend, "iters": args.iters,
                   "nnodes": int(os.environ.get("MESHRUN_NNODES", "1")), "results": results}
         if backend == "nccl":
-            report["transport"] = _nccl_transport()
+            report["transport"] = nccl_transport()
             report["infiniband_present"] = bool(glob.glob(os.path.join(
                 os.environ.get("MESHRUN_SYSFS_ROOT", "/sys"), "class", "infiniband", "*")))
             report["ib_unused"] = report["infiniband_present"] and report["transport"] == "Socket"
@@ -157,8 +157,13 @@ def _sync(torch, device) -> None:
         torch.cuda.synchronize()
 
 
-def _nccl_transport() -> str:
+def nccl_transport(host: str | None = None) -> str:
+    """The transport NCCL's INFO log files (``NCCL_DEBUG_FILE``) show: every host's, or
+    only ``host``'s (``%h`` in the pattern is the host name; a shared log folder holds
+    every node's files)."""
     pattern = os.environ.get("NCCL_DEBUG_FILE", "")
+    if host is not None:
+        pattern = pattern.replace("%h", host)
     text = ""
     for path in glob.glob(re.sub(r"%[hp]", "*", pattern)) if pattern else []:
         try:

@@ -41,6 +41,7 @@ from datetime import timedelta
 from typing import Any
 
 from .. import protocol
+from .collbench import nccl_transport
 
 FACTOR = 1.3
 _COMPUTE_S = 1.0     # the compute test, in ``_SLICES`` slices
@@ -180,28 +181,6 @@ def _compute_gflops(torch, device) -> float:
         torch.set_num_threads(threads)
 
 
-def _transport() -> str:
-    """This host's NCCL transport, from this host's NCCL log files only (a shared log folder
-    holds every node's: ``%h`` is the host name in ``NCCL_DEBUG_FILE``)."""
-    import glob
-    import re
-
-    from .collbench import transport_from_nccl_log
-
-    pattern = os.environ.get("NCCL_DEBUG_FILE", "")
-    if not pattern:
-        return "unknown"
-    mine = re.sub(r"%p", "*", pattern.replace("%h", socket.gethostname()))
-    text = ""
-    for path in glob.glob(mine):
-        try:
-            with open(path, errors="replace") as handle:
-                text += handle.read()
-        except OSError:
-            continue
-    return transport_from_nccl_log(text)
-
-
 def measure() -> dict[str, Any]:
     """Run the check in this worker; every rank returns the verdict."""
     import torch
@@ -253,7 +232,7 @@ def measure() -> dict[str, Any]:
                         took.append(time.perf_counter() - t)
         if took:
             link_in = size / statistics.median(took) / 1e9
-    transport = _transport() if cuda and local == 0 else "unknown"
+    transport = nccl_transport(socket.gethostname()) if cuda and local == 0 else "unknown"
     row = torch.tensor([float(rank), float(node), gflops, link_in,
                         float(_TRANSPORTS.index(transport) if transport in _TRANSPORTS else 0)],
                        dtype=torch.float64, device=device)
