@@ -161,7 +161,7 @@ def test_a_baseline_without_throughput_is_one_line(tmp_path):
 def test_per_node_step_times_and_slow_notices(tmp_path):
     """node_steps.json (node 0's straggler check) and its notices become a per-node table."""
     from meshrun.runtime.stragglers import Stragglers
-    from tests.unit.test_stragglers import _feed
+    from test_stragglers import _feed
 
     path = run_dir(tmp_path, "a", world=4, nnodes=2, rates=[100.0, 100.0])
     tracker = Stragglers(nnodes=2, nproc=2, hosts={0: "host-a", 1: "host-b"}, window=5)
