@@ -11,6 +11,7 @@
 ``stacks/rank<r>.txt``      when the job hung: every thread's Python stack
 ``events.node<k>.jsonl``    straggler notices (a node named slow, or no longer)
 ``node_steps.json``         node 0: each node's mean step and compute time
+``nodecheck.node<k>.json``  with ``--node-check``: the node check's verdict
 ==========================  =====================================================
 
 Tokens, keys, passwords and credentials never reach these files: the env dump
@@ -20,7 +21,8 @@ command redacted.
 Nothing is overwritten (as with the logs, :func:`meshrun.runtime.logs.keep_previous`): a
 rerun with the same run id (the default for an identical rerun: the id is a hash)
 first renames an earlier run's ``plan.node<k>.json``, ``env.node<k>.json``,
-``diagnosis.node<k>.json``, ``events.node<k>.jsonl`` and ``node_steps.json`` to ``<name>.<its mtime>.json``, so the plain names are
+``diagnosis.node<k>.json``, ``events.node<k>.jsonl``, ``nodecheck.node<k>.json`` and
+``node_steps.json`` to ``<name>.<its mtime>.json``, so the plain names are
 always this run's. The earlier diagnosis is moved aside when the node starts, not
 only when it fails again: a rerun that succeeds must not leave the earlier failure's
 diagnosis under the plain name. ``meshrun report`` reads only the plain
@@ -50,7 +52,8 @@ def write_start(plan: LaunchPlan, env: Mapping[str, str]) -> list[str]:
     kept = [_write(plan, f"plan.node{plan.node_rank}.json", data),
             _write(plan, f"env.node{plan.node_rank}.json", redact_env(env)),
             _keep(os.path.join(plan.log_dir, f"diagnosis.node{plan.node_rank}.json")),
-            _keep(os.path.join(plan.log_dir, f"events.node{plan.node_rank}.jsonl"))]
+            _keep(os.path.join(plan.log_dir, f"events.node{plan.node_rank}.jsonl")),
+            _keep(os.path.join(plan.log_dir, f"nodecheck.node{plan.node_rank}.json"))]
     if plan.node_rank == 0:
         kept.append(_keep(os.path.join(plan.log_dir, "node_steps.json")))
     return [path for path in kept if path]
