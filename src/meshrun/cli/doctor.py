@@ -123,9 +123,8 @@ def _node_check(plan, ctx: Context) -> list:
             "--slow-window", "0", "-m", "meshrun.worker.nodecheck"]
     env = {**ctx.env, **{v.name: v.value for v in nccl_debug_env(plan, ctx.env)}}
     folder = os.path.join(log_root, run_id)
+    # an earlier check's verdict is kept aside by the run's bundle (write_start)
     result = os.path.join(folder, f"nodecheck.node{plan.node_rank}.json")
-    if os.path.exists(result):
-        os.replace(result, result + ".previous")  # this check's verdict, not an older one
     print("meshrun doctor: running the node check on every node ...", file=sys.stderr,
           flush=True)
     if plan.node_rank != 0:

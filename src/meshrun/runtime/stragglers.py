@@ -20,7 +20,8 @@ were slow: the window's median ratio is at or above the factor, so the noise of 
 reports neither names a node nor ends a streak. A node is named once some of its ranks
 are slow, with the median ratio of those ranks and which ranks; it is "no longer slow" once
 its ranks, judged on a full window again, are not. The line gives the median ratio of its
-slow reports and how long ago the first of them in the window came. Nothing counts before a rank's third
+slow reports and how long ago the first of them in the window came. Nothing counts before
+a rank's third
 report with timings and its ``_WARMUP_STEPS``-th step (start-up, compilation, lazy
 initialisation); a pause every rank shares (a checkpoint save, an evaluation) changes no
 ratio; a pause only one rank takes (rank 0 writing a checkpoint) is one report of many in
@@ -192,34 +193,31 @@ class Stragglers:
         state.recent.clear()
         state.slow_count = 0
 
+    def _peer_group(self, rank: int) -> int:
+        """What a rank is compared against the others of: its node, or on a one-node job
+        the rank itself (each rank against the other ranks)."""
+        return rank if self.nnodes == 1 else self.node_of(rank)
+
     def _references(self, now: float, measure: str) -> dict[int, float]:
-        """node -> the median over the other nodes of each node's median figure."""
-        by_node: dict[int, list[float]] = {}
+        """group -> the median over the other groups of each group's median figure."""
+        by_group: dict[int, list[float]] = {}
         for rank, state in self._ranks.items():
             if state.measure == measure and now - state.at <= _FRESH_S:
-                by_node.setdefault(self.node_of(rank), []).append(state.figure)
-        if self.nnodes == 1:  # one node: each rank against the other ranks (in _judge)
-            return {}
-        medians = {node: statistics.median(figures) for node, figures in by_node.items()}
+                by_group.setdefault(self._peer_group(rank), []).append(state.figure)
+        medians = {group: statistics.median(figures) for group, figures in by_group.items()}
         ordered = sorted(medians.values())
         refs: dict[int, float] = {}
-        for node in range(self.nnodes):
-            ref = _median_without(ordered, medians.get(node))
+        for group in medians:
+            ref = _median_without(ordered, medians[group])
             if ref is not None:
-                refs[node] = ref
+                refs[group] = ref
         return refs
 
     def _judge(self, now: float, fresh: list[int]) -> None:
         refs = {m: self._references(now, m) for m in {self._ranks[r].measure for r in fresh}}
         for rank in fresh:
             state = self._ranks[rank]
-            node_refs = refs[state.measure]
-            if self.nnodes == 1:
-                others = [s.figure for r, s in self._ranks.items() if r != rank and
-                          s.measure == state.measure and now - s.at <= _FRESH_S]
-                ref = statistics.median(others) if others else None
-            else:
-                ref = node_refs.get(self.node_of(rank))
+            ref = refs[state.measure].get(self._peer_group(rank))
             if ref is None or ref <= 0:
                 continue  # nothing to compare with yet
             ratio = state.figure / ref

@@ -42,6 +42,7 @@ from typing import Any
 
 from .. import protocol
 from .collbench import nccl_transport
+from .dist import RankEnv, read_env
 
 FACTOR = 1.3
 _COMPUTE_S = 1.0     # the compute test, in ``_SLICES`` slices
@@ -181,17 +182,15 @@ def _compute_gflops(torch, device) -> float:
         torch.set_num_threads(threads)
 
 
-def measure() -> dict[str, Any]:
+def measure(where: RankEnv) -> dict[str, Any]:
     """Run the check in this worker; every rank returns the verdict."""
     import torch
     import torch.distributed as torch_dist
 
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    local, nproc = int(os.environ.get("LOCAL_RANK", "0")), int(os.environ.get(
-        "LOCAL_WORLD_SIZE", "1"))
-    node = int(os.environ.get("GROUP_RANK") or os.environ.get("MESHRUN_NODE_RANK") or 0)
-    nnodes = max(1, world // max(1, nproc))
-    cuda = torch.cuda.is_available() and os.environ.get("MESHRUN_BACKEND", "") != "gloo"
+    rank, world, local, nproc = (where.rank, where.world_size, where.local_rank,
+                                 where.local_world_size)
+    node, nnodes = where.node_rank, where.nnodes
+    cuda = torch.cuda.is_available() and where.backend != "gloo"
     if cuda:
         torch.cuda.set_device(local)
     device = torch.device("cuda" if cuda else "cpu")
@@ -255,18 +254,18 @@ def measure() -> dict[str, Any]:
     return judge(table, hosts, seconds=time.monotonic() - started, busbw=busbw)
 
 
-def report(verdict: dict[str, Any]) -> None:
+def report(verdict: dict[str, Any], where: RankEnv) -> None:
     """Local rank 0 of every node: the lines, and ``nodecheck.node<k>.json``."""
-    if os.environ.get("LOCAL_RANK", "0") != "0":
+    if where.local_rank != 0:
         return
     for finding in verdict["findings"]:
         print(finding["line"], flush=True)
     print(verdict["summary"], flush=True)
     folder = os.environ.get("MESHRUN_LOG_DIR") or "."
-    node = os.environ.get("GROUP_RANK") or os.environ.get("MESHRUN_NODE_RANK") or "0"
     try:
         os.makedirs(folder, exist_ok=True)
-        with open(os.path.join(folder, f"nodecheck.node{node}.json"), "w") as handle:
+        with open(os.path.join(folder, f"nodecheck.node{where.node_rank}.json"),
+                  "w") as handle:
             json.dump(verdict, handle, indent=2)
     except OSError:
         pass  # the lines are the verdict; the file is a copy
@@ -279,14 +278,16 @@ def before_script() -> None:
             os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
         return
     try:
-        report(measure())
+        where = read_env(os.environ)
+        report(measure(where), where)
     except Exception as exc:  # noqa: BLE001 - a check must not stop the job it checks
         print(f"meshrun: node check: could not run ({type(exc).__name__}: {exc}); the job "
               "goes on", file=sys.stderr, flush=True)
 
 
 def main() -> int:
-    report(measure())
+    where = read_env(os.environ)
+    report(measure(where), where)
     return 0
 
 
