@@ -21,9 +21,8 @@ reports neither names a node nor ends a streak. A node is named once some of its
 are slow, with the median ratio of those ranks and which ranks; it is "no longer slow" once
 its ranks, judged on a full window again, are not. The line gives the median ratio of its
 slow reports and how long ago the first of them in the window came. Nothing counts before
-a rank's third
-report with timings and its ``_WARMUP_STEPS``-th step (start-up, compilation, lazy
-initialisation); a pause every rank shares (a checkpoint save, an evaluation) changes no
+a rank's third report with timings and its ``_WARMUP_STEPS``-th step (start-up,
+compilation, lazy initialisation); a pause every rank shares (a checkpoint save, an evaluation) changes no
 ratio; a pause only one rank takes (rank 0 writing a checkpoint) is one report of many in
 the window; a rank that stops reporting (a hang, a pause, the end) is judged only once it
 has reported for a whole window again.
