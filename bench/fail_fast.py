@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -28,17 +27,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from meshrun.harness import clean_env, free_port
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "tests" / "integration" / "scripts" / "fail_at_once.py"
-DROP = ("MESHRUN_", "PET_", "TORCHELASTIC_", "SLURM_", "OMPI_", "PMI_")
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def commands(launcher: str, port: int) -> list[list[str]]:
@@ -63,8 +55,7 @@ def one(launcher: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         stamps = Path(tmp) / "stamps"
         stamps.mkdir()
-        env = {k: v for k, v in os.environ.items() if not k.startswith(DROP)}
-        env.update(FAIL_STAMPS=str(stamps), PYTHONPATH=str(ROOT / "src"))
+        env = clean_env(FAIL_STAMPS=str(stamps), PYTHONPATH=str(ROOT / "src"))
         started = time.time()
         procs = [subprocess.Popen(argv, cwd=tmp, env=env, stdout=subprocess.PIPE,
                                   stderr=subprocess.STDOUT, text=True)

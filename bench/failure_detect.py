@@ -44,18 +44,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from meshrun.harness import alive, clean_env, free_port, signal_tree
+
 LOOP = Path(__file__).resolve().parent.parent / "tests" / "integration" / "scripts" / "loop.py"
-DROP = ("MESHRUN_", "PET_", "TORCHELASTIC_", "SLURM_", "OMPI_", "PMI_")
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def argv(launcher: str, node: int, port: int, scenario: str) -> list[str]:
     if launcher == "meshrun":
         extra = ["--hang-timeout", "10" if scenario == "hang" else "0"]
@@ -68,43 +59,15 @@ def argv(launcher: str, node: int, port: int, scenario: str) -> list[str]:
             "--nproc-per-node", "1", str(LOOP)]
 
 
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def tree(pid: int) -> list[int]:
-    """``pid`` and all its descendants (torch's agent starts workers in sessions of their
-    own, so a process group or session does not reach them)."""
-    out, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        out.append(current)
-        try:
-            with open(f"/proc/{current}/task/{current}/children") as handle:
-                todo += [int(p) for p in handle.read().split()]
-        except OSError:
-            pass
-    return out
-
-
 def signal_node(proc: subprocess.Popen, sig: int) -> None:
     """``sig`` to every process of one node (agent and workers) at once."""
-    for pid in tree(proc.pid):
-        try:
-            os.kill(pid, sig)
-        except OSError:
-            pass
+    signal_tree(proc.pid, sig)
 
 
 def one(launcher: str, scenario: str, cap: float) -> dict:
     with tempfile.TemporaryDirectory(prefix="failbench-") as tmp:
         folder = Path(tmp)
-        env = {k: v for k, v in os.environ.items() if not k.startswith(DROP)}
-        env.update(LOOP_DIR=tmp, PYTHONUNBUFFERED="1")
+        env = clean_env(LOOP_DIR=tmp)
         if scenario == "hang":
             env.update(HANG_RANK="1", HANG_AT_STEP="40")
         port = free_port()

@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from meshrun.harness import clean_env
+
 SCRIPT = Path(__file__).resolve().parent.parent / "tests" / "integration" / "scripts" / "report.py"
 
 
@@ -38,7 +40,7 @@ def main() -> None:
     parser.add_argument("--nproc", type=int, default=2)
     parser.add_argument("--json", default="")
     args = parser.parse_args()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MESHRUN_", "PET_"))}
+    env = clean_env()
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                 "--nproc-per-node", str(args.nproc), str(SCRIPT)]
     meshrun = [sys.executable, "-m", "meshrun", "run", "--nproc-per-node", str(args.nproc),

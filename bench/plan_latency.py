@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from meshrun.harness import clean_env
 
 ROOT = Path(__file__).resolve().parent.parent
 ARGS = ["plan", "--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1", "--",
@@ -30,10 +31,7 @@ NO_TORCH = ("import sys, runpy; sys.argv = ['meshrun', *sys.argv[1:]]\n"
 
 
 def env_for(tree: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MESHRUN_", "PET_",
-                                                                      "SLURM_"))}
-    env["PYTHONPATH"] = tree
-    return env
+    return clean_env(PYTHONPATH=tree)
 
 
 def main() -> None:

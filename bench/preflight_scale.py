@@ -27,6 +27,8 @@ import sys
 import tempfile
 import time
 
+from meshrun.harness import clean_env
+
 TRIVIAL = "print('ok')\n"
 
 
@@ -52,7 +54,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", default="")
     args = parser.parse_args()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MESHRUN_", "PET_"))}
+    env = clean_env()
     rows = []
     with tempfile.TemporaryDirectory() as cwd:
         with open(os.path.join(cwd, "trivial.py"), "w") as handle:

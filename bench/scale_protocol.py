@@ -65,7 +65,6 @@ import os
 import queue as queue_module
 import resource
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -77,6 +76,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from meshrun.harness import free_port
 
 TRAIN = "print('training')\n"
 
@@ -253,11 +254,11 @@ def node_process(index: int, ranks: list[int], conf: Config, queue: Any, ctl: Co
     counter = OpCounter()
     counter.install()
     from meshrun.facts import collect
+    from meshrun.harness import clean_env
     from meshrun.runtime.events import Goodbye
     from meshrun.runtime.preflight import fingerprint
-    from meshrun.runtime.simulate import node_env
 
-    env = {k: v for k, v in node_env(os.environ).items() if not k.startswith("MESHRUN_")}
+    env = clean_env()
     facts = collect(env)
     plans = [_plan(conf, rank, env, facts) for rank in ranks]
     started = time.perf_counter()
@@ -330,12 +331,6 @@ def node_process(index: int, ranks: list[int], conf: Config, queue: Any, ctl: Co
 
 
 # --- the orchestrator --------------------------------------------------------------------
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
 
 def _victim_flag(pid: int) -> Path:
     """The file the victim creates once its queue's feeder thread has ended."""

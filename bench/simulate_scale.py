@@ -21,11 +21,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import time
+
+from meshrun.harness import clean_env, free_port
 
 SCRIPT = """\
 import os, torch, torch.distributed as dist
@@ -38,12 +39,6 @@ if dist.get_rank() == 0:
 dist.barrier()
 dist.destroy_process_group()
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def meshrun(nodes: int, cwd: str, env: dict, cap: float) -> tuple[float, bool, str]:
@@ -61,7 +56,7 @@ def meshrun(nodes: int, cwd: str, env: dict, cap: float) -> tuple[float, bool, s
 
 
 def torchrun(nodes: int, cwd: str, env: dict, cap: float) -> tuple[float, bool, str]:
-    port = _free_port()
+    port = free_port()
     start = time.perf_counter()
     procs = [subprocess.Popen(
         [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nodes),
@@ -95,8 +90,7 @@ def main() -> None:
     parser.add_argument("--cap", type=float, default=900.0)
     parser.add_argument("--json", default="")
     args = parser.parse_args()
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("MESHRUN_", "PET_", "TORCHELASTIC_"))}
+    env = clean_env()
     rows = []
     with tempfile.TemporaryDirectory() as cwd:
         with open(os.path.join(cwd, "allreduce.py"), "w") as handle:

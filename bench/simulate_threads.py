@@ -27,23 +27,15 @@ import tempfile
 import time
 from pathlib import Path
 
+from meshrun.harness import clean_env, free_port
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "tests" / "integration" / "user_scripts" / "hf_trainer_gpt2.py"
-DROP = ("MESHRUN_", "PET_", "TORCHELASTIC_", "SLURM_", "OMPI_", "PMI_", "OMP_NUM_THREADS")
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def one(kind: str, cpus: int) -> float:
     py = sys.executable
-    env = {k: v for k, v in os.environ.items() if not k.startswith(DROP)}
-    env["PYTHONPATH"] = str(ROOT / "src")
+    env = clean_env(PYTHONPATH=str(ROOT / "src"))
     if kind == "simulate, every core":
         env["OMP_NUM_THREADS"] = str(cpus)
     with tempfile.TemporaryDirectory() as tmp:

@@ -3,7 +3,7 @@
     python bench/stragglers.py [detect] [overhead] [calls] [nodecheck] [--json out.json]
                                [--factors 1.2,1.5,2,4] [--nodes 2,4] [--seconds 80]
 
-Needs root and the cgroup v1 cpu controller (tests/cpu_quota.py): the slowdown is a real
+Needs root and the cgroup v1 cpu controller (meshrun.harness.CpuQuota): the slowdown is a real
 CPU quota on the last node's whole process tree (its `meshrun run` agent and its workers),
 never a switch inside meshrun. Every job: N `meshrun run` node agents of one worker each on
 loopback, running tests/integration/scripts/straggle.py (a small DDP job on CPU that marks
@@ -39,25 +39,15 @@ import tempfile
 import time
 from pathlib import Path
 
+from meshrun.harness import CpuQuota, Nodes, clean_env, free_port
+from meshrun.harness import quota_available as available
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-from cpu_quota import CpuQuota, available  # noqa: E402
-
 SCRIPT = ROOT / "tests" / "integration" / "scripts" / "straggle.py"
-DROP = ("MESHRUN_", "PET_", "TORCHELASTIC_", "SLURM_", "OMPI_", "PMI_")
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def env(**extra: str) -> dict:
-    out = {k: v for k, v in os.environ.items() if not k.startswith(DROP)}
-    return {**out, "PYTHONUNBUFFERED": "1", **extra}
+    return clean_env(**extra)
 
 
 def share(nodes: int, nproc: int = 1) -> float:
@@ -69,19 +59,13 @@ def job(folder: Path, nodes: int, *, nproc: int = 1, seconds: float, extra=(),
         quota: CpuQuota | None = None) -> tuple[list[int], list[str], float]:
     """Run one job; returns exit codes, each node's output, and the monotonic time of rank
     0's first step (as seen by polling node 0's output)."""
-    port = str(free_port())
-    procs = []
-    for rank in range(nodes):
-        out = open(folder / f"node{rank}.out", "w")
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "meshrun", "run", "--nnodes", str(nodes), "--node-rank",
-             str(rank), "--master-addr", "127.0.0.1", "--master-port", port, "--run-id", "b",
-             "--log-dir", str(folder / "logs"), "--nproc-per-node", str(nproc),
-             "--no-preflight", *extra, "--", str(SCRIPT)],
-            cwd=folder, env=env(STRAGGLE_SECONDS=str(seconds)), stdout=out,
-            stderr=subprocess.STDOUT))
+    def place(rank: int, proc: subprocess.Popen) -> None:
         if quota is not None and rank == nodes - 1:
-            quota.add(procs[-1].pid)
+            quota.add(proc.pid)
+
+    procs = Nodes(folder, ["--", str(SCRIPT)], nnodes=nodes, nproc=nproc, extra=extra,
+                  env=env(STRAGGLE_SECONDS=str(seconds)), run_id="b",
+                  log_dir=folder / "logs", before_start=place).start().procs
     first = None
     while any(p.poll() is None for p in procs):
         if first is None and "first step done" in (folder / "node0.out").read_text():

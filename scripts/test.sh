@@ -39,4 +39,11 @@ if ! python_has deepspeed; then
   DS_BUILD_OPS=0 "$PY" -m pip install -q --disable-pip-version-check --no-build-isolation \
     "deepspeed>=0.17"
 fi
-exec "$PY" -m pytest -q "$@"
+# The suite mostly waits (node agents, timeouts, a 5-minute soak): 4 workers overlap the
+# waits on 2 cores; tests that share a host resource are one xdist group each, run in the
+# order tests/conftest.py gives (docs/testing.md). MESHRUN_TEST_WORKERS=0 runs it serially.
+workers=${MESHRUN_TEST_WORKERS:-4}
+if [ "$workers" = 0 ]; then
+  exec "$PY" -m pytest -q "$@"
+fi
+exec "$PY" -m pytest -q -n "$workers" --dist loadgroup --no-loadscope-reorder "$@"

@@ -1,4 +1,89 @@
+"""The suite's scheduling under pytest-xdist (docs/testing.md).
+
+- Exclusive host resources: a test declares what it cannot share with a marker, and each
+  marker maps to one xdist group, so two tests of a group never run at once (they run on one
+  worker, in turn): ``slurm`` (the local SLURM cluster), ``netns`` / ``mpi`` (the network
+  namespaces mr-h1/mr-h2 and mrnet-a/b), ``cgroup`` (CPU quotas under /sys/fs/cgroup/cpu)
+  and ``timing`` (a tight bound on wall-clock time), one group for the two.
+- Order: the minutes-long ``soak`` tests first (they run beside everything else, at low CPU
+  priority), then the groups, then the other multi-process tests, then the unit tests, which
+  fill the workers' last minutes. pytest-xdist takes this order as it is
+  (``--no-loadscope-reorder`` in scripts/test.sh).
+"""
+
+import os
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+# marker -> xdist group. A CPU quota test reserves most of the CPU for its job while it
+# runs (tests/integration/test_slow_nodes.py), so it shares one group with the tests that
+# time meshrun's reactions: never two of those at once.
+EXCLUSIVE = {"slurm": "slurm", "mpi": "netns", "netns": "netns", "cgroup": "timing",
+             "timing": "timing"}
+
+
+def _shares_a_module_fixture(item: pytest.Item) -> bool:
+    """Whether ``item`` uses a module- or class-scoped fixture of its own module."""
+    info = getattr(item, "_fixtureinfo", None)
+    module = getattr(item, "module", None)
+    if info is None or module is None:
+        return False
+    return any(d.scope in ("module", "class") and d.func.__module__ == module.__name__
+               for defs in info.name2fixturedefs.values() for d in defs)
+
+
+def _rank(item: pytest.Item) -> int:
+    if item.get_closest_marker("soak"):
+        return 0
+    if item.get_closest_marker("xdist_group"):
+        return 1
+    if item.get_closest_marker("slow"):
+        return 2
+    return 3
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the test ids
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        groups = {EXCLUSIVE[m] for m in EXCLUSIVE if item.get_closest_marker(m)}
+        if len(groups) > 1:
+            raise pytest.UsageError(f"{item.nodeid} declares two exclusive resources "
+                                    f"{sorted(groups)}: give it the one that covers both")
+        if not groups and _shares_a_module_fixture(item):
+            # a module- or class-scoped fixture runs once per worker that needs it: keep
+            # its tests on one worker so it runs once (test_recipes' three simulated runs)
+            groups = {f"fixture:{item.module.__name__}"}
+        if groups:
+            item.add_marker(pytest.mark.xdist_group(groups.pop()))
+    # stable: within a rank the collection order stays (each group's tests together)
+    items.sort(key=_rank)
+
+
+# --- optional: each test's CPU time, its own and its children's (docs/testing.md) ----------
+
+_CPU_LOG = os.environ.get("MESHRUN_TEST_CPU_LOG")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    if not _CPU_LOG:
+        yield
+        return
+    import json
+    import resource
+    import time
+
+    def cpu() -> float:
+        own = resource.getrusage(resource.RUSAGE_SELF)
+        kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+    started, wall = cpu(), time.monotonic()
+    yield
+    with open(_CPU_LOG, "a") as out:
+        out.write(json.dumps({"test": item.nodeid, "cpu_s": round(cpu() - started, 2),
+                              "wall_s": round(time.monotonic() - wall, 2)}) + "\n")

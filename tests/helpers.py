@@ -3,44 +3,27 @@
 import json
 import os
 import re
-import socket
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+# one harness for the tests and the benchmarks (clean environment, ports, nodes)
+from meshrun.harness import (  # noqa: F401
+    Nodes,
+    alive,
+    clean_env,
+    free_port,
+    neutral,
+    signal_tree,
+    tree,
+    wait_for_text,
+)
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = Path(__file__).resolve().parent / "integration" / "scripts"
-
-
-def neutral(name: str) -> bool:
-    """Whether a neutral machine lacks ``name``: a platform's variable (as the topology's
-    detectors declare them), meshrun's own, or the devices and threads a host sets."""
-    from meshrun.topology import platform_variable
-
-    return (platform_variable(name) or name.startswith("MESHRUN_")
-            or name in ("CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS"))
-
-
-def clean_env(**extra: str) -> dict:
-    """os.environ without platform variables, plus ``extra``: a neutral machine."""
-    env = {k: v for k, v in os.environ.items() if not neutral(k)}
-    env.update(extra)
-    return env
-
-
-def alive(pid: int) -> bool:
-    """The process exists and is not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def meshrun(*args: str, env: dict | None = None, cwd=None, timeout: float = 120,
@@ -58,3 +41,21 @@ def reports(text: str) -> list[dict]:
     found = [json.loads(m.group(1)) for m in re.finditer(r"REPORT (\{.*\})", text)]
     return sorted(found, key=lambda r: r["rank"])
 
+
+
+def require(*tools: str, hint: str = "") -> None:
+    """Skip (or under CI=true fail) unless root with ``tools`` on PATH."""
+    missing = [t for t in tools if shutil.which(t) is None]
+    why = ("needs root" if os.geteuid() != 0
+           else f"missing {', '.join(missing)}{hint}" if missing else None)
+    if why:
+        (pytest.fail if os.environ.get("CI") == "true" else pytest.skip)(why)
+
+
+def sh(*args, check: bool = True, timeout: float = 120, env=None) -> subprocess.CompletedProcess:
+    """Run a command; with ``check`` a failure fails the test with its output."""
+    done = subprocess.run([str(a) for a in args], capture_output=True, text=True, env=env,
+                          stdin=subprocess.DEVNULL, timeout=timeout)
+    if check and done.returncode:
+        pytest.fail(f"{args[0]} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+    return done

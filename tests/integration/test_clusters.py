@@ -6,65 +6,25 @@ and runs Open MPI's mpirun across them. Both need root; without it (or without t
 packages) they are skipped, except under CI=true where that is a failure.
 """
 
-import os
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, SCRIPTS, clean_env, reports
+from helpers import SCRIPTS, clean_env, reports, require, sh
 
 pytestmark = pytest.mark.slow
-CLUSTER = ROOT / "tests" / "cluster"
 REPORT = str(SCRIPTS / "report.py")
-SLURM_DIR = "/tmp/meshrun-slurm"
-
-
-def _require(*tools: str) -> None:
-    missing = [t for t in tools if shutil.which(t) is None]
-    why = ("needs root" if os.geteuid() != 0
-           else f"missing {', '.join(missing)} (apt-get install slurm-wlm munge openmpi-bin "
-                "iproute2; scripts/test.sh does)" if missing else None)
-    if why:
-        (pytest.fail if os.environ.get("CI") == "true" else pytest.skip)(why)
-
-
-def _run(*args, env=None, timeout=120) -> subprocess.CompletedProcess:
-    done = subprocess.run([str(a) for a in args], capture_output=True, text=True, env=env,
-                          stdin=subprocess.DEVNULL, timeout=timeout)
-    if done.returncode:
-        pytest.fail(f"{args[0]} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
-    return done
-
-
-@pytest.fixture(scope="session")
-def slurm_env():
-    _require("slurmctld", "slurmd", "munged", "sbatch")
-    _run(CLUSTER / "slurm_up.sh", SLURM_DIR)
-    yield clean_env(SLURM_CONF=f"{SLURM_DIR}/etc/slurm.conf")
-    subprocess.run([str(CLUSTER / "slurm_down.sh"), SLURM_DIR], capture_output=True,
-                   stdin=subprocess.DEVNULL, timeout=60)
-
-
-@pytest.fixture(scope="session")
-def two_hosts():
-    _require("mpirun", "ip", "unshare")
-    script = CLUSTER / "mpi_two_hosts.sh"
-    _run(script, "up")
-    yield script
-    subprocess.run([str(script), "down"], capture_output=True, stdin=subprocess.DEVNULL,
-                   timeout=60)
 
 
 def _sbatch(tmp_path: Path, env: dict, body: str, timeout: float = 150) -> tuple[str, str]:
     """Submit a 2-node, 1-task-per-node job; wait for it; return (job state line, output)."""
     script = tmp_path / "job.sh"
     script.write_text("#!/bin/bash\n" + body)
-    jid = _run("sbatch", "--parsable", "--nodes=2", "--ntasks-per-node=1", "--cpus-per-task=2",
-               f"--chdir={tmp_path}", "-o", f"{tmp_path}/slurm-%j.out", script,
-               env=env).stdout.strip().split(";")[0]
+    jid = sh("sbatch", "--parsable", "--nodes=2", "--ntasks-per-node=1", "--cpus-per-task=2",
+             f"--chdir={tmp_path}", "-o", f"{tmp_path}/slurm-%j.out", script,
+             env=env).stdout.strip().split(";")[0]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         queued = subprocess.run(["squeue", "-h", "-j", jid], capture_output=True, text=True,
@@ -76,15 +36,15 @@ def _sbatch(tmp_path: Path, env: dict, body: str, timeout: float = 150) -> tuple
         subprocess.run(["scancel", jid], env=env)
         pytest.fail(f"SLURM job {jid} still queued/running after {timeout} s:\n"
                     + (tmp_path / f"slurm-{jid}.out").read_text())
-    state = _run("scontrol", "show", "job", jid, env=env).stdout
+    state = sh("scontrol", "show", "job", jid, env=env).stdout
     out = tmp_path / f"slurm-{jid}.out"
     return state, out.read_text() if out.exists() else ""
 
 
 @pytest.mark.slurm
-def test_slurm_two_nodes_srun_meshrun_run(slurm_env, tmp_path):
+def test_slurm_two_nodes_srun_meshrun_run(slurm_cluster, tmp_path):
     """srun starts one unchanged `meshrun run` per node; node ranks follow SLURM_NODEID."""
-    state, out = _sbatch(tmp_path, slurm_env,
+    state, out = _sbatch(tmp_path, slurm_cluster,
                          f"srun {sys.executable} -m meshrun run --nproc-per-node 2 "
                          f"-- {REPORT}\n")
     assert "JobState=COMPLETED" in state and "ExitCode=0:0" in state, (state, out)
@@ -99,9 +59,9 @@ def test_slurm_two_nodes_srun_meshrun_run(slurm_env, tmp_path):
 
 
 @pytest.mark.slurm
-def test_slurm_batch_script_without_srun_is_refused(slurm_env, tmp_path):
+def test_slurm_batch_script_without_srun_is_refused(slurm_cluster, tmp_path):
     """The forgotten-srun trap: the batch step looks like node 0 of 2 but has no SLURM_STEP_ID."""
-    state, out = _sbatch(tmp_path, slurm_env,
+    state, out = _sbatch(tmp_path, slurm_cluster,
                          f"{sys.executable} -m meshrun run -- {REPORT}\necho rc=$?\n")
     assert "rc=2" in out, out
     assert "outside srun" in out and "SLURM_STEP_ID" in out
@@ -111,6 +71,7 @@ def test_slurm_batch_script_without_srun_is_refused(slurm_env, tmp_path):
 @pytest.mark.mpi
 def test_mpirun_one_meshrun_per_host(two_hosts, tmp_path):
     """mpirun on two hosts (network namespaces): node rank from OMPI_COMM_WORLD_RANK."""
+    require("mpirun", hint=" (apt-get install openmpi-bin; scripts/test.sh does)")
     done = subprocess.run(
         [str(two_hosts), "mpirun", "-x", "MASTER_ADDR=10.77.0.1", sys.executable, "-m",
          "meshrun", "run", "--nproc-per-node", "2", "--log-dir", str(tmp_path / "logs"),

@@ -9,42 +9,16 @@ skipped without, a failure under CI=true.
 """
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import time
 
 import pytest
-from helpers import ROOT, SCRIPTS, alive, clean_env, free_port
+from helpers import SCRIPTS, alive, clean_env, free_port, sh
 
-pytestmark = pytest.mark.slow
-HOSTS = ROOT / "tests" / "cluster" / "mpi_two_hosts.sh"
+pytestmark = [pytest.mark.slow, pytest.mark.netns]
 LOOP = str(SCRIPTS / "loop.py")
-
-
-def _sh(*args, check: bool = True) -> subprocess.CompletedProcess:
-    done = subprocess.run([str(a) for a in args], check=False, capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL, timeout=60)
-    if check and done.returncode:
-        pytest.fail(f"{args} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
-    return done
-
-
-@pytest.fixture(scope="module")
-def two_hosts():
-    missing = [t for t in ("ip", "unshare") if shutil.which(t) is None]
-    why = ("needs root" if os.geteuid() != 0
-           else f"missing {', '.join(missing)} (apt-get install iproute2 util-linux)"
-           if missing else None)
-    if why:
-        (pytest.fail if os.environ.get("CI") == "true" else pytest.skip)(why)
-    listed = _sh("ip", "netns", "list").stdout
-    was_up = "mr-h1" in listed and "mr-h2" in listed  # e.g. test_clusters' session fixture
-    _sh(HOSTS, "up")
-    yield
-    if not was_up:
-        _sh(HOSTS, "down", check=False)
 
 
 def test_cut_link_each_side_names_the_other(two_hosts, tmp_path):
@@ -54,10 +28,10 @@ def test_cut_link_each_side_names_the_other(two_hosts, tmp_path):
     for node, host in ((0, "h1"), (1, "h2")):
         with open(tmp_path / f"node{node}.out", "w") as out:
             procs.append(subprocess.Popen(
-                [str(HOSTS), "exec", host, sys.executable, "-m", "meshrun", "run", "--nnodes",
-                 "2", "--node-rank", str(node), "--master-addr", "10.77.0.1", "--master-port",
-                 port, "--run-id", "cut", "--nproc-per-node", "1", "--node-timeout", "5",
-                 "--hang-timeout", "0", "--", LOOP],
+                [str(two_hosts), "exec", host, sys.executable, "-m", "meshrun", "run",
+                 "--nnodes", "2", "--node-rank", str(node), "--master-addr", "10.77.0.1",
+                 "--master-port", port, "--run-id", "cut", "--nproc-per-node", "1",
+                 "--beat", "0.2", "--node-timeout", "2", "--hang-timeout", "0", "--", LOOP],
                 cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL))
     pids: list[int] = []
@@ -69,7 +43,7 @@ def test_cut_link_each_side_names_the_other(two_hosts, tmp_path):
         pids = [int(p.read_text()) for p in tmp_path.glob("pid.*")]
         time.sleep(1.0)
         cut_at = time.monotonic()
-        _sh("ip", "-n", "mr-h2", "link", "set", "eth0", "down")
+        sh("ip", "-n", "mr-h2", "link", "set", "eth0", "down")
         rc0 = procs[0].wait(timeout=60)
         took0 = time.monotonic() - cut_at
         rc1 = procs[1].wait(timeout=60)
@@ -88,7 +62,7 @@ def test_cut_link_each_side_names_the_other(two_hosts, tmp_path):
             time.sleep(0.1)
         assert not any(alive(pid) for pid in pids), "a worker outlived its node"
     finally:
-        _sh("ip", "-n", "mr-h2", "link", "set", "eth0", "up", check=False)
+        sh("ip", "-n", "mr-h2", "link", "set", "eth0", "up", check=False)
         for p in procs:
             if p.poll() is None:
                 p.kill()

@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.netns]
 
 NODES = (("mrnet-a", "ethA", "10.78.0.1"), ("mrnet-b", "ethB", "10.78.0.2"))
 MASTER = NODES[0][2]

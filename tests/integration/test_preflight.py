@@ -1,5 +1,6 @@
 """Cross-node preflight between two real `meshrun run` nodes on loopback."""
 
+import os
 import shutil
 import subprocess
 import sys
@@ -16,9 +17,12 @@ def _copy(tmp_path, name):
     shutil.copy(SCRIPTS / "report.py", repo / "train.py")
     (repo / "model.py").write_text("WIDTH = 8\n")
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo)]
+    # one commit, the same in every copy: its hash covers its time, so the time is fixed
+    # (two copies committed in different seconds of a busy host were two commits)
+    when = dict.fromkeys(("GIT_AUTHOR_DATE", "GIT_COMMITTER_DATE"), "2026-01-01T00:00:00Z")
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
     subprocess.run(git + ["add", "."], check=True)
-    subprocess.run(git + ["commit", "-qm", "one"], check=True)
+    subprocess.run(git + ["commit", "-qm", "one"], check=True, env={**os.environ, **when})
     return repo
 
 

@@ -6,36 +6,17 @@ and 2-3 on node 1. The cluster is tests/cluster/slurm_up.sh (see tests/cluster/N
 without root or the SLURM packages the test is skipped, except under CI=true.
 """
 
-import os
-import shutil
 import subprocess
 import sys
 import time
 
 import pytest
-from helpers import ROOT, SCRIPTS, clean_env, reports
+from helpers import SCRIPTS, reports
 
 from meshrun.render.slurm import render_slurm
 from meshrun.render.spec import spec_from_flags
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
-CLUSTER = ROOT / "tests" / "cluster"
-SLURM_DIR = "/tmp/meshrun-slurm"
-
-
-@pytest.fixture(scope="session")
-def slurm_cluster():
-    missing = [t for t in ("slurmctld", "slurmd", "munged", "sbatch") if shutil.which(t) is None]
-    why = ("needs root" if os.geteuid() != 0 else
-           f"missing {', '.join(missing)} (scripts/test.sh installs them)" if missing else None)
-    if why:
-        (pytest.fail if os.environ.get("CI") == "true" else pytest.skip)(why)
-    up = subprocess.run([str(CLUSTER / "slurm_up.sh"), SLURM_DIR], capture_output=True,
-                        text=True, stdin=subprocess.DEVNULL, timeout=120)
-    assert up.returncode == 0, up.stdout + up.stderr
-    yield clean_env(SLURM_CONF=f"{SLURM_DIR}/etc/slurm.conf")
-    subprocess.run([str(CLUSTER / "slurm_down.sh"), SLURM_DIR], capture_output=True,
-                   stdin=subprocess.DEVNULL, timeout=60)
 
 
 def _wait(jid: str, env: dict, timeout: float) -> str:

@@ -23,6 +23,7 @@ ALLOWED = {
     "redact": set(),
     "protocol": set(),
     "sockets": set(),
+    "harness": {"topology"},  # nodes on loopback for the tests and the benchmarks
     "topology": {"errors"},
     "facts": {"errors", "topology"},
     "job": {"errors", "recipes"},

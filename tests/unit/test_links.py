@@ -12,11 +12,14 @@ import textwrap
 import time
 from datetime import timedelta
 
+import pytest
+
 from meshrun import protocol
 from meshrun.runtime.events import EventKind
 
 NODE = textwrap.dedent("""
     import sys, time
+    import torch.distributed  # its import (seconds on a loaded host) before the clock starts
     from meshrun.runtime.watchdog import Watchdog
     port, node, nnodes = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
     dog = Watchdog(host="127.0.0.1", port=port, node_rank=node, nnodes=nnodes,
@@ -24,6 +27,9 @@ NODE = textwrap.dedent("""
                    node_timeout=30.0, hang_timeout=0, interval=0.2,
                    on_event=lambda e: print("EVENT", e.line, flush=True))
     dog.start()
+    deadline = time.monotonic() + 60
+    while dog._beat < 1 and time.monotonic() < deadline:   # connected and beating
+        time.sleep(0.02)
     print("started", flush=True)
     line = sys.stdin.readline()          # "stop" or EOF: end in order
     dog.stop("done")
@@ -66,6 +72,7 @@ def _until(predicate, seconds: float) -> bool:
     return predicate()
 
 
+@pytest.mark.timing
 def test_a_killed_node_is_named_by_node_0_and_the_others_within_two_seconds():
     master = _master(3)
     events0: list = []
@@ -74,7 +81,7 @@ def test_a_killed_node_is_named_by_node_0_and_the_others_within_two_seconds():
     dog2 = _dog(master.port, 2, 3, events2)
     victim = _node(master.port, 1, 3)
     try:
-        assert _until(lambda: dog0._hub is not None and dog0._hub.linked() == {1, 2}, 5)
+        assert _until(lambda: dog0._hub is not None and dog0._hub.linked() == {1, 2}, 30)
         killed = time.monotonic()
         os.kill(victim.pid, signal.SIGKILL)
         assert _until(lambda: events0 and events2, 5), (events0, events2)
@@ -91,13 +98,14 @@ def test_a_killed_node_is_named_by_node_0_and_the_others_within_two_seconds():
         dog0.stop("stopped")
 
 
+@pytest.mark.timing
 def test_a_killed_node_0_is_named_by_every_other_node_within_two_seconds():
     master = _master(2)   # this process hosts the store; node 0's agent is a process
     events: list = []
     node0 = _node(master.port, 0, 2)
     dog1 = _dog(master.port, 1, 2, events)
     try:
-        assert _until(lambda: bool(dog1._link), 5)
+        assert _until(lambda: bool(dog1._link), 30)
         killed = time.monotonic()
         os.kill(node0.pid, signal.SIGKILL)
         assert _until(lambda: events, 5)
@@ -116,7 +124,7 @@ def test_a_node_that_ends_in_order_is_not_lost():
     dog0 = _dog(master.port, 0, 2, events0)
     member = _node(master.port, 1, 2)
     try:
-        assert _until(lambda: dog0._hub is not None and dog0._hub.linked() == {1}, 5)
+        assert _until(lambda: dog0._hub is not None and dog0._hub.linked() == {1}, 30)
         out, _ = member.communicate("stop\n", timeout=20)
         assert "stopped" in out and "EVENT" not in out
         time.sleep(1.0)

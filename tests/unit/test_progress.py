@@ -10,6 +10,8 @@ import sys
 import textwrap
 import time
 
+import pytest
+
 from meshrun import protocol
 
 SCRIPT = textwrap.dedent("""
@@ -47,6 +49,7 @@ def test_the_newest_step_reaches_the_store():
     assert sent.step >= 1500 and abs(sent.at - time.time()) < 30
 
 
+@pytest.mark.timing
 def test_a_frozen_store_host_never_holds_training_or_the_exit():
     """A listener that accepts and never answers: what a frozen host's store looks like."""
     frozen = socket.create_server(("127.0.0.1", 0), backlog=16)
@@ -56,6 +59,9 @@ def test_a_frozen_store_host_never_holds_training_or_the_exit():
         frozen.close()
     assert done.returncode == 0, done.stderr[-2000:]
     slowest = float(done.stdout.split("slowest ")[1])
-    assert slowest < 0.05, done.stdout         # never a network wait on the training thread
+    # never a network wait on the training thread: a connection attempt to the frozen host
+    # would hold a call for the writer's 2 s timeout; 0.5 s leaves room for a loaded host's
+    # scheduling (62 ms seen with the suite on 4 workers), and none for a network wait
+    assert slowest < 0.5, done.stdout
     assert wall < 20, wall                     # the exit is bounded (interpreter start ~2 s)
     assert "terminate called" not in done.stderr

@@ -130,9 +130,24 @@ def test_shut_connections_wakes_a_reader_whose_peer_went_silent():
         s.close()
 
 
-# --- the watchdogs' loop against a real TCPStore in this process ----------------------------
+# --- the watchdogs' beats against a real TCPStore in this process, on a clock of the test's --
+#
+# Each watchdog is driven without its thread: begin() connects, then every beat() is one
+# heartbeat and one judgement at the test clock's time, so the ages it judges by are exact
+# and nothing waits for the wall clock (the thread is only "wait one beat, call beat()").
 
-def _job(nnodes: int = 2, **kw):
+
+class Clock:
+    """A monotonic clock the test moves by hand."""
+
+    def __init__(self, start: float = 1000.0):
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _job(nnodes: int = 2, clock=None, **kw):
     """A store set up as meshrun's join leaves it, and one watchdog per node (not started)."""
     from datetime import timedelta
 
@@ -147,11 +162,25 @@ def _job(nnodes: int = 2, **kw):
     for node in range(nnodes):
         master.set(protocol.heartbeat_key(node), protocol.Heartbeat(0).encode())
     events: dict[int, list] = {n: [] for n in range(nnodes)}
+    extra = {"clock": clock} if clock is not None else {}
     dogs = [Watchdog(host="127.0.0.1", port=master.port, node_rank=n, nnodes=nnodes,
                      world_size=nnodes, hosts={r: f"h{r}" for r in range(nnodes)},
                      node_timeout=kw.get("node_timeout", 3.0), hang_timeout=0, interval=0.2,
-                     on_event=events[n].append) for n in range(nnodes)]
+                     on_event=events[n].append, **extra) for n in range(nnodes)]
     return master, dogs, events
+
+
+def _beats(dogs, clock: Clock, seconds: float, until=lambda: False, beat: float = 0.2) -> float:
+    """Beat every watchdog (node 0 first) every ``beat`` seconds of ``clock`` for ``seconds``
+    or until ``until()``; the clock's time spent."""
+    spent = 0.0
+    while spent < seconds - 1e-9 and not until():
+        clock.now += beat
+        spent += beat
+        for dog in dogs:
+            if dog.event is None:
+                dog.beat()
+    return spent
 
 
 def _wait(predicate, seconds: float) -> bool:
@@ -167,7 +196,8 @@ def test_watchdog_connects_again_when_its_first_try_failed(monkeypatch):
     from meshrun import protocol
     from meshrun.runtime.watchdog import Watchdog
 
-    master, (dog0, dog1), events = _job()
+    clock = Clock()
+    master, (dog0, dog1), events = _job(clock=clock)
     real, tries = Watchdog._connect, []
 
     def flaky(self, first=False):
@@ -178,25 +208,29 @@ def test_watchdog_connects_again_when_its_first_try_failed(monkeypatch):
         return real(self, first)
 
     monkeypatch.setattr(Watchdog, "_connect", flaky)
-    dog0.start()
-    dog1.start()
+    dog0.begin()
+    dog1.begin()
+    assert dog1._store is None                 # the first try failed
     beat = lambda: protocol.Heartbeat.decode(master.get(protocol.heartbeat_key(1))).beat  # noqa: E731
-    assert _wait(lambda: beat() >= 3, 5)       # it beats: it reconnected
-    assert len(tries) >= 2 and events == {0: [], 1: []}
+    _beats([dog0, dog1], clock, 1.0)
+    assert beat() >= 3 and len(tries) == 2     # it connected again on its next beat, and beat
+    assert events == {0: [], 1: []}
     dog1.stop("done")
     assert protocol.Heartbeat.decode(master.get(protocol.heartbeat_key(1))).goodbye == "done"
-    assert _wait(lambda: dog0.goodbyes.get(1) == "done", 3)  # node 0 read the goodbye
+    _beats([dog0], clock, 0.2)
+    assert dog0.goodbyes.get(1) == "done"      # node 0 read the goodbye
     dog0.stop("done")
     assert events == {0: [], 1: []}
 
 
 def test_a_node_that_failed_stops_the_others_through_node_0():
-    master, dogs, events = _job(3)
+    clock = Clock()
+    master, dogs, events = _job(3, clock=clock)
     for dog in dogs:
-        dog.start()
-    time.sleep(0.6)
+        dog.begin()
+    _beats(dogs, clock, 0.6)
     dogs[2].stop("failed")                     # node 2's own workers failed
-    assert _wait(lambda: events[1] and events[0], 5)
+    _beats(dogs[:2], clock, 0.4)               # node 0 reads it, node 1 reads node 0's watch
     for node in (0, 1):
         assert [e.kind for e in events[node]] == ["peer-failed"] and events[node][0].node == 2
     assert events[1][0].line.startswith(
@@ -206,36 +240,40 @@ def test_a_node_that_failed_stops_the_others_through_node_0():
 
 
 def test_node_0_failing_reaches_the_others_before_its_store_closes():
-    master, (dog0, dog1), events = _job()
-    dog0.start()
-    dog1.start()
-    time.sleep(0.6)
-    dog0.stop("failed")                        # keeps the store up for two beats
-    assert _wait(lambda: events[1], 3)
+    clock = Clock()
+    master, (dog0, dog1), events = _job(clock=clock)
+    dog0.begin()
+    dog1.begin()
+    _beats([dog0, dog1], clock, 0.6)
+    dog0.stop("failed")                        # publishes its goodbye in the watch first
+    _beats([dog1], clock, 0.2)
     assert [e.kind for e in events[1]] == ["peer-failed"] and events[1][0].node == 0
     dog1.stop("stopped")
 
 
 def test_watchdog_after_a_local_failure_leaves_another_node_failure_alone():
-    master, (dog0, dog1), events = _job()
-    dog0.start()
-    dog1.start()
+    clock = Clock()
+    master, (dog0, dog1), events = _job(clock=clock)
+    dog0.begin()
+    dog1.begin()
     dog1.suspect(5.0)                          # this node's own workers failed first
-    time.sleep(0.4)
+    _beats([dog0, dog1], clock, 0.4)
     dog0.stop("failed")
-    time.sleep(1.0)
+    _beats([dog1], clock, 1.0)
     dog1.stop("failed")
     assert events[1] == []                     # its own failure is the story, not node 0's
 
 
-def test_a_silent_node_is_named_by_node_0_and_by_every_other_node():
+def test_a_silent_node_is_named_by_node_0_and_by_every_other_node_at_the_node_timeout():
     from meshrun import protocol
 
-    master, dogs, events = _job(3, node_timeout=1.0)
+    clock = Clock()
+    master, dogs, events = _job(3, clock=clock, node_timeout=1.0)
     master.set(protocol.heartbeat_key(2), protocol.Heartbeat(7).encode())  # it beat, then
-    dogs[0].start()                            # went silent
-    dogs[1].start()
-    assert _wait(lambda: events[0] and events[1], 5)
+    for dog in dogs[:2]:                                                     # went silent
+        dog.begin()
+    spent = _beats(dogs[:2], clock, 5.0, until=lambda: bool(events[0] and events[1]))
+    assert 1.0 <= spent <= 1.4, spent          # its timeout, and a beat for node 1 to read it
     for node in (0, 1):
         assert [(e.kind, e.node) for e in events[node]] == [("node-lost", 2)]
         assert events[node][0].line.startswith("meshrun: node 2 (h2) is lost: last heartbeat")
@@ -249,22 +287,28 @@ def test_a_node_that_never_beat_gets_its_first_connection_time_first():
     """A watchdog's first connection may take seconds on a loaded host (32 agents on 2
     cores took over 10): a node still at the join's beat 0 is not lost after the node
     timeout alone (32 simulated nodes: false alarms), only 10 s later."""
-    master, dogs, events = _job(3, node_timeout=1.0)
-    dogs[0].start()
-    dogs[1].start()                            # node 2 has not connected yet
-    time.sleep(3.0)
-    assert events == {0: [], 1: [], 2: []}
-    dogs[1].stop("done")
-    dogs[0].stop("done")
+    from meshrun.runtime.watchdog import _FIRST_CONNECT_S
+
+    clock = Clock()
+    master, dogs, events = _job(3, clock=clock, node_timeout=1.0)
+    dogs[0].begin()
+    dogs[1].begin()                            # node 2 has not connected yet
+    spent = _beats(dogs[:2], clock, 30.0, until=lambda: bool(events[0]))
+    assert 1.0 + _FIRST_CONNECT_S <= spent <= 1.0 + _FIRST_CONNECT_S + 0.4, spent
+    assert [(e.kind, e.node) for e in events[0]] == [("node-lost", 2)]
+    dogs[1].stop("stopped")
+    dogs[0].stop("stopped")
 
 
 def test_a_frozen_node_0_watchdog_is_named_by_the_others():
     from meshrun import protocol
 
-    master, (dog0, dog1), events = _job(node_timeout=1.0)
+    clock = Clock()
+    master, (dog0, dog1), events = _job(clock=clock, node_timeout=1.0)
     master.set(protocol.WATCH, protocol.Watch(5).encode())  # node 0 beat, then froze
-    dog1.start()                               # node 0's watch never changes again
-    assert _wait(lambda: events[1], 5)
+    dog1.begin()                               # node 0's watch never changes again
+    spent = _beats([dog1], clock, 5.0, until=lambda: bool(events[1]))
+    assert 1.0 <= spent <= 1.2, spent
     assert [(e.kind, e.node) for e in events[1]] == [("node-lost", 0)]
     assert "which hosts the job's store, is lost" in events[1][0].line
     dog1.stop("stopped")
@@ -274,9 +318,8 @@ def test_ended_counts_each_node_once_and_all_ended_needs_every_node():
     """Every node counts itself in meshrun/ended when its workers end (failed, done or
     stopped): once all have, none was lost, and a failed node need not wait for a silence."""
     master, (dog0, dog1), events = _job()
-    dog0.start()
-    dog1.start()
-    time.sleep(0.3)
+    dog0.begin()
+    dog1.begin()
     dog1.mark_ended()
     dog1.mark_ended()                          # a second call (stop() after a failure) is no-op
     assert master.add("meshrun/ended", 0) == 1 and not dog1.all_ended()
@@ -291,34 +334,34 @@ def test_node_0_store_load_per_beat_grows_linearly():
     """Node 0's store serves two calls a beat per other node plus a constant: count them."""
     from meshrun.runtime import store as store_module
 
-    counts: dict[int, int] = {}
+    calls = [0]
     real = store_module.BoundedStore._call
 
     def counting(self, name, *args, **kw):
-        key = id(self)
-        counts[key] = counts.get(key, 0) + 1
+        calls[0] += 1
         return real(self, name, *args, **kw)
 
     for nnodes in (2, 6):
-        counts.clear()
+        clock = Clock()
+        master, dogs, events = _job(nnodes, clock=clock)
         store_module.BoundedStore._call = counting
         try:
-            master, dogs, events = _job(nnodes)
             for dog in dogs:
-                dog.start()
-            time.sleep(0.7)                    # connected, liveness links open
+                dog.begin()
+            _beats(dogs, clock, 0.6)           # connected, liveness links open
             assert all(d._link for d in dogs[1:]), [d._link for d in dogs]
-            first = {d.node_rank: d._beat for d in dogs}
-            counts.clear()
-            time.sleep(2.0)                    # about ten beats of 0.2 s
-            calls = sum(counts.values())
-            beats = {d.node_rank: d._beat - first[d.node_rank] for d in dogs}
+            calls[0] = 0
+            _beats(dogs, clock, 2.0)           # ten beats of every node
+            counted = calls[0]
             for dog in dogs:
                 dog.stop("done")
         finally:
             store_module.BoundedStore._call = real
-        per_beat = calls / max(1, min(beats.values()))
-        assert per_beat <= 2 * (nnodes - 1) + 2 + 1, (nnodes, per_beat, beats)
+        # each other node: its heartbeat and a read of the watch; node 0: one read of every
+        # heartbeat and the watch it publishes (+1 in a real run: the rendezvous' round
+        # counter; +1 with hang detection or the straggler check: every rank's progress)
+        assert counted == 10 * (2 * (nnodes - 1) + 2), (nnodes, counted)
+        assert events == {n: [] for n in range(nnodes)}
 
 
 EXIT_WHILE_CONNECTING = """
@@ -375,11 +418,13 @@ def test_joining_a_frozen_node_0_ends_at_the_join_timeout():
 
 def test_a_slow_node_is_named_on_every_node_once_and_summarised():
     """Node 0 reads every rank's progress (hang detection off), its straggler check names
-    node 1, and node 1 prints the same notice once, from the watch."""
+    node 1 once its window (1 s of the test's clock) is full, and node 1 prints the same
+    notice once, from the watch."""
     from meshrun import protocol
     from meshrun.runtime.stragglers import Stragglers
 
-    master, dogs, events = _job(2)
+    clock = Clock()
+    master, dogs, events = _job(2, clock=clock)
     notices: dict[int, list] = {0: [], 1: []}
     summaries: list = []
     dogs[0].slow = Stragglers(2, 1, {0: "h0", 1: "h1"}, window=1.0)
@@ -389,22 +434,21 @@ def test_a_slow_node_is_named_on_every_node_once_and_summarised():
     for rank in range(2):
         master.set(protocol.progress_key(rank), b"")
     for dog in dogs:
-        dog.start()
-    try:
-        step, deadline = 0, time.monotonic() + 15
-        while time.monotonic() < deadline and not notices[1]:
-            step += 10
-            for rank, busy in ((0, 0.1), (1, 0.2)):
-                master.set(protocol.progress_key(rank),
-                           protocol.Progress(step, time.time(), 0.3, busy, 10).encode())
-            time.sleep(0.25)
-        assert notices[1] and notices[1] == notices[0][:1], notices
-        assert notices[1][0]["line"].startswith("meshrun: node 1 (h1) is slow: 2.00x")
-        time.sleep(0.6)
-        assert len(notices[1]) == 1       # printed once, though the watch still carries it
-    finally:
-        for dog in dogs[::-1]:
-            dog.stop("done")
+        dog.begin()
+    step, spent = 0, 0.0
+    while spent < 15 and not notices[1]:
+        step += 10
+        for rank, busy in ((0, 0.1), (1, 0.2)):   # a new report from every rank each beat
+            master.set(protocol.progress_key(rank),
+                       protocol.Progress(step, time.time(), 0.3, busy, 10).encode())
+        spent += _beats(dogs, clock, 0.2)
+    assert notices[1] and notices[1] == notices[0][:1], notices
+    assert notices[1][0]["line"].startswith("meshrun: node 1 (h1) is slow: 2.00x")
+    assert spent < 3.0, spent                  # warm-up (2 reports) + its 1 s window
+    _beats(dogs, clock, 0.6)
+    assert len(notices[1]) == 1       # printed once, though the watch still carries it
+    for dog in dogs[::-1]:
+        dog.stop("done")
     assert events == {0: [], 1: []}
     rows = {row["node"]: row for row in summaries[-1]["nodes"]}
     assert rows[1]["compute_s"] == 0.2 and rows[0]["compute_s"] == 0.1

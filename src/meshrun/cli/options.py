@@ -59,20 +59,17 @@ def add_node_flags(parser: argparse.ArgumentParser,
 
 
 def add_watch_flags(parser: argparse.ArgumentParser) -> None:
+    """``--max-restarts`` and the supervision options, as :class:`Supervision` declares
+    them (one declaration each: default, help, hidden or not)."""
+    from ..runtime.supervision import flag, options
+
     parser.add_argument("--max-restarts", metavar="N", default=None,
                         help="restart the workers after a failure up to N times (default 0)")
-    parser.add_argument("--node-timeout", metavar="SECONDS", default=None,
-                        help="a node whose heartbeat is silent this long is lost (default 15)")
-    parser.add_argument("--hang-timeout", metavar="SECONDS", default=None,
-                        help="no rank progressing this long is a hang (default 300; 0 = off; "
-                             "needs meshrun.progress(step) in the script, as recipes do)")
-    parser.add_argument("--slow-window", metavar="SECONDS", default=None,
-                        help="name a node whose ranks are slow this long (default 30; 0 = "
-                             "off; needs meshrun.progress, and meshrun.arrive to tell the "
-                             "slow rank from the ones waiting for it, as recipes do)")
-    parser.add_argument("--slow-factor", metavar="X", default=None,
-                        help="slow: at least X times the other nodes' median compute time "
-                             "per step (default 1.25)")
+    for name, meta in options():
+        parser.add_argument(flag(name), dest=name, default=None,
+                            metavar="X" if meta["kind"] == "factor" else "SECONDS",
+                            help=argparse.SUPPRESS if meta["hidden"]
+                            else f"{meta['help']} (default {meta['default']:g})")
 
 
 def add_preflight_flags(parser: argparse.ArgumentParser) -> None:
@@ -217,17 +214,17 @@ def flags_from(args: argparse.Namespace) -> Flags:
 
 # --- flags that are also MESHRUN_* variables, read from the environment handed in -----------------
 
-def seconds(raw: str, label: str, minimum: float) -> float:
+def seconds(raw: str, label: str, minimum: float, example: float | None = None) -> float:
     """A number of seconds >= ``minimum`` (2.5 is fine); one line naming ``label`` if not."""
     try:
         value = float(raw.strip())
     except ValueError:
         value = math.nan
     if not math.isfinite(value) or value < minimum:
+        shown = max(minimum, 15 if example is None else example)
         raise UsageError(f"{label}={raw.strip()!r} is not a number of seconds >= {minimum:g}",
-                         subject=label, hint=f"give seconds, e.g. {label} "
-                                             f"{max(minimum, 15):g}" if label.startswith("--")
-                         else f"set {label} to seconds, e.g. {max(minimum, 15):g}",
+                         subject=label, hint=f"give seconds, e.g. {label} {shown:g}"
+                         if label.startswith("--") else f"set {label} to seconds, e.g. {shown:g}",
                          code="bad-seconds")
     return value
 
@@ -245,29 +242,40 @@ def flag_or_env(args: argparse.Namespace, name: str, env: Mapping[str, str]
 
 
 def supervision(args: argparse.Namespace, env: Mapping[str, str]):
-    """``--node-timeout`` / ``--hang-timeout`` / ``--slow-window`` / ``--slow-factor`` (or their
-    variables) as the watchdog's settings."""
-    from ..runtime.supervise import Supervision
+    """The supervision options (:class:`meshrun.runtime.supervision.Supervision`), each from
+    its flag or else its ``MESHRUN_<NAME>`` variable, checked: one line and exit 2 if not.
+    ``--beat`` comes first: a node timeout must be at least two beats."""
+    from ..runtime.supervision import Supervision, options
 
-    values = {}
-    for name, minimum in (("node_timeout", 2), ("hang_timeout", 0), ("slow_window", 0)):
+    values: dict[str, float] = {}
+    for name, meta in options():
         raw, label = flag_or_env(args, name, env)
-        if raw is not None and raw.strip():
-            values[name] = seconds(raw, label, minimum)
-    raw, label = flag_or_env(args, "slow_factor", env)
-    if raw is not None and raw.strip():
+        if raw is None or not raw.strip():
+            continue
+        if meta["kind"] == "seconds":
+            beat = values.get("beat", Supervision.beat)
+            values[name] = seconds(raw, label, max(meta["minimum"],
+                                                   meta["minimum_beats"] * beat),
+                                   example=meta["default"] or None)
+            continue
         try:
             factor = float(raw.strip())
         except ValueError:
             factor = math.nan
-        if not math.isfinite(factor) or factor <= 1.0:
-            raise UsageError(f"{label}={raw.strip()!r} is not a factor above 1",
-                             subject=label, code="bad-slow-factor",
+        if not math.isfinite(factor) or factor <= meta["minimum"]:
+            raise UsageError(f"{label}={raw.strip()!r} is not a factor above "
+                             f"{meta['minimum']:g}", subject=label, code="bad-slow-factor",
                              hint=f"give how many times slower than the others counts as "
                                   f"slow, e.g. {label}{' ' if label.startswith('--') else '='}"
-                                  "1.25")
-        values["slow_factor"] = factor
-    return Supervision(**values)
+                                  f"{meta['default']:g}")
+        values[name] = factor
+    chosen = Supervision(**values)
+    if chosen.node_timeout < chosen.minimum("node_timeout"):  # the default, at a long beat
+        raise UsageError(f"--beat {chosen.beat:g} leaves the node timeout "
+                         f"({chosen.node_timeout:g} s) shorter than two beats",
+                         subject="--beat", code="bad-seconds",
+                         hint="give a shorter --beat or a longer --node-timeout")
+    return chosen
 
 
 def restarts(args: argparse.Namespace, env: Mapping[str, str]) -> int:

@@ -7,6 +7,7 @@ import argparse
 
 from ..runtime.checks import check_command, check_worker_env
 from ..runtime.planning import job_input
+from ..runtime.supervision import options as supervision_options
 from .base import Context, Verb
 from .options import (
     JOB_OPTIONS,
@@ -21,8 +22,9 @@ from .options import (
 )
 
 # What every simulated node's `meshrun run` gets again, as the user gave it.
-NODE_OPTIONS = ("no_preflight", "require_path", "accelerate", "node_timeout", "hang_timeout",
-                "slow_window", "slow_factor", "node_check", "deepspeed", *JOB_OPTIONS)
+NODE_OPTIONS = ("no_preflight", "require_path", "accelerate",
+                *(name for name, _ in supervision_options()), "node_check", "deepspeed",
+                *JOB_OPTIONS)
 
 
 def request(ctx: Context, *, max_restarts: int):

@@ -19,7 +19,6 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 from .. import protocol
@@ -27,6 +26,7 @@ from ..plan import LaunchPlan
 from . import procs
 from .events import EventKind, process_state
 from .store import JobStore
+from .supervision import Supervision
 
 AGENT_RUNNING = threading.Event()  # the watchdog may SIGTERM this process only while set
 _AGENT_LOCK = threading.Lock()     # held across "is the agent running?" and the SIGTERM
@@ -62,18 +62,6 @@ def stop_agent() -> bool:
         _TERM_SENT.set()
         os.kill(os.getpid(), signal.SIGTERM)
         return True
-
-
-@dataclass(frozen=True)
-class Supervision:
-    """How the watchdog judges the job (see :mod:`meshrun.runtime.watchdog`)."""
-
-    node_timeout: float = 15.0   # a node silent this long is lost
-    hang_timeout: float = 300.0  # no rank progressing this long is a hang (0: off)
-    interval: float = 1.0        # heartbeat period
-    suspicion: float = 5.0       # after a local worker failure, a node silent this long is lost
-    slow_window: float = 30.0    # a node slow this long is named (0: the check is off)
-    slow_factor: float = 1.25    # slow: this many times the other nodes' median
 
 
 def node_hosts(job: JobStore, plan: LaunchPlan) -> dict[int, str]:
@@ -153,7 +141,7 @@ def start_watchdog(job: JobStore, plan: LaunchPlan, supervision: Supervision,
     dog = Watchdog(host=plan.master_addr, port=job.port, node_rank=plan.node_rank,
                    nnodes=plan.nnodes, world_size=plan.world_size, hosts=hosts,
                    node_timeout=supervision.node_timeout, hang_timeout=supervision.hang_timeout,
-                   interval=supervision.interval, on_event=on_event, local_pids=procs.worker_pids,
+                   interval=supervision.beat, on_event=on_event, local_pids=procs.worker_pids,
                    restarts_left=restarts_left, log_dir=plan.log_dir, rounds=rounds,
                    send_signal=procs.send, slow=slow, on_notice=on_notice,
                    on_summary=on_summary)
@@ -224,10 +212,10 @@ def await_event(dog, supervision: Supervision, poll: float = 0.1):
     that time (plus two beats) has passed: then every other node is alive and the failure
     is the workers' own. When every node failed, the last one to fail ends the wait for all,
     within a poll."""
-    suspicion = min(supervision.node_timeout, max(supervision.suspicion, 3 * supervision.interval))
+    suspicion = supervision.suspicion
     dog.suspect(suspicion)
     dog.mark_ended()
-    deadline = time.monotonic() + suspicion + 2 * supervision.interval
+    deadline = time.monotonic() + suspicion + 2 * supervision.beat
     while time.monotonic() < deadline:
         if dog.event is not None:
             return dog.event

@@ -86,10 +86,9 @@ def _size(path: str) -> int:
         return 0
 
 
-
 _PROBE_WAIT_S = 6.5  # how long node 0 waits for every node's probe (a stack dump takes 1.5 s)
-
-
+_DUMP_WAIT_S = 1.5   # at most this long for the probed workers' stack dumps
+_DUMP_POLL_S = 0.05
 _FIRST_CONNECT_S = 10.0  # a watchdog's first connection may take this long (a loaded host)
 
 
@@ -112,6 +111,7 @@ class Watchdog(threading.Thread):
                  slow: Any = None,
                  on_notice: Callable[[dict], None] = lambda record: None,
                  on_summary: Callable[..., None] = lambda summary, final=False: None,
+                 clock: Callable[[], float] = time.monotonic,
                  ) -> None:
         super().__init__(name="meshrun-watchdog", daemon=True)
         self.host, self.port = host, port
@@ -128,6 +128,7 @@ class Watchdog(threading.Thread):
         self.slow = slow                    # node 0: meshrun.runtime.stragglers.Stragglers
         self.on_notice = on_notice          # every node: a straggler notice to print, once
         self.on_summary = on_summary        # node 0: the per-node step times, now and then
+        self.clock = clock                  # the ages it judges by (tests: a clock of theirs)
         self._notices: list[dict] = []      # node 0: the newest notices (the watch's)
         self._notice_seq = 0                # the newest notice made (node 0) or printed
         self.event: Event | None = None  # the event that stops the job
@@ -151,6 +152,7 @@ class Watchdog(threading.Thread):
         # the others: node 0's last watch and when its beat changed
         self._watch: protocol.Watch | None = None
         self._watch_at = 0.0
+        self._begun_at = self._store_ok_at = 0.0  # begin(); the last beat the store answered
         # hangs
         self._gen = 0                    # hangs handled so far (the same on every node)
         self._probed: dict[int, int] = {}  # rank -> pid probed for the current generation
@@ -197,12 +199,12 @@ class Watchdog(threading.Thread):
                       protocol.Heartbeat(self._beat + 1, goodbye).encode())
             if self.node_rank == 0:
                 self.goodbyes[0] = Goodbye(status)
-                self._publish(store, time.monotonic())
+                self._publish(store, self.clock())
                 if (status == Goodbye.FAILED or self.event is not None) and self.nnodes > 1:
                     # Node 0 hosts the store: keep it up for two beats, so the others read
                     # that node 0 failed, or its verdict (a lost node, a hang), and stop for
                     # that reason instead of finding its store gone.
-                    until = time.monotonic() + 2 * self.interval + 0.5
+                    until = time.monotonic() + 2 * self.interval + 0.5  # a real wait
                     while time.monotonic() < until and not self._everyone_said_goodbye(store):
                         time.sleep(0.1)
         except Exception:  # noqa: BLE001, S110 - the store may be gone; nothing to tell then
@@ -230,53 +232,65 @@ class Watchdog(threading.Thread):
         self._local_failure = True  # a failed node of its own: another's failure is no news
 
     def run(self) -> None:
-        self._set_store(self._connect(first=True))
-        started = store_ok_at = self._watch_at = time.monotonic()
-        if self.node_rank == 0:
-            self._open_hub()
+        self.begin()
         while True:
             self._wake.wait(self.interval)
             self._wake.clear()
-            if self._halt.is_set():
+            if self._halt.is_set() or self.beat():
                 return
-            now = time.monotonic()
-            store = self._store
-            self._link_goodbyes()
-            if self.node_rank != 0 and self._node_0_died():
+
+    def begin(self) -> None:
+        """Connect (node 0 also opens its liveness-link hub): what the thread does first.
+        Tests call it, then :meth:`beat`, on a clock of their own, without the thread."""
+        self._set_store(self._connect(first=True))
+        self._begun_at = self._store_ok_at = self._watch_at = self.clock()
+        if self.node_rank == 0:
+            self._open_hub()
+
+    def beat(self) -> bool:
+        """One beat at ``clock()``: heartbeat and judge (node 0: every heartbeat, then the
+        watch; the others: their heartbeat, then node 0's watch). True once an event fired:
+        the watchdog is done."""
+        now = self.clock()
+        store = self._store
+        self._link_goodbyes()
+        if self.node_rank != 0 and self._node_0_died():
+            self._fire(Event(EventKind.STORE_LOST, node_lost_line(
+                0, self.hosts.get(0, "?"), now - self._watch_at, store_host=True,
+                closed=True), node=0))
+            return True
+        try:
+            if store is None:
+                store = self._set_store(self._connect())  # the first try failed, or broke
+            if store is None:
+                raise ConnectionError("no store connection")
+            self._beat += 1
+            if self.node_rank == 0:
+                event = self._judge(store, now, self._begun_at)
+            else:
+                event = self._member(store, now)
+            self._store_ok_at = now
+        except Exception as exc:  # noqa: BLE001 - the store host is gone or frozen
+            now = self.clock()  # the failed calls may have taken seconds
+            if self.node_rank != 0 and self.goodbyes.get(0) == Goodbye.FAILED \
+                    and not self._local_failure:
+                self._fire(Event(EventKind.PEER_FAILED, peer_failed_line(
+                    0, self.hosts.get(0, "?"), self.node_rank, store_closed=True), node=0))
+                return True
+            if self.node_rank != 0 and now - self._store_ok_at >= self._limit:
                 self._fire(Event(EventKind.STORE_LOST, node_lost_line(
-                    0, self.hosts.get(0, "?"), now - self._watch_at, store_host=True,
-                    closed=True), node=0))
-                return
-            try:
-                if store is None:
-                    store = self._set_store(self._connect())  # the first try failed, or broke
-                if store is None:
-                    raise ConnectionError("no store connection")
-                self._beat += 1
-                if self.node_rank == 0:
-                    event = self._judge(store, now, started)
-                else:
-                    event = self._member(store, now)
-                store_ok_at = now
-            except Exception as exc:  # noqa: BLE001 - the store host is gone or frozen
-                now = time.monotonic()  # the failed calls may have taken seconds
-                if self.node_rank != 0 and self.goodbyes.get(0) == Goodbye.FAILED \
-                        and not self._local_failure:
-                    self._fire(Event(EventKind.PEER_FAILED, peer_failed_line(
-                        0, self.hosts.get(0, "?"), self.node_rank, store_closed=True), node=0))
-                    return
-                if self.node_rank != 0 and now - store_ok_at >= self._limit:
-                    self._fire(Event(EventKind.STORE_LOST, node_lost_line(
-                        0, self.hosts.get(0, "?"), now - store_ok_at, store_host=True), node=0))
-                    return
-                if not (isinstance(exc, CallTimeout) and store is not None and store.stuck):
-                    self._drop_store()  # a broken connection: a fresh one on the next beat
-                # else a call is only slow (a loaded host): keep the connection; later calls
-                # fail at once until it returns (a new handshake would cost more)
-                continue
-            if event is not None:
-                self._fire(event)
-                return
+                    0, self.hosts.get(0, "?"), now - self._store_ok_at, store_host=True),
+                    node=0))
+                return True
+            if not (isinstance(exc, CallTimeout) and store is not None and store.stuck):
+                self._drop_store()  # a broken connection: a fresh one on the next beat
+            # else a call is only slow (a loaded host): keep the connection; later calls
+            # fail at once until it returns (a new handshake would cost more)
+            return False
+        if event is not None:
+            self._fire(event)
+            return True
+        return False
 
     # -- node 0: read every heartbeat, publish one watch ------------------------------------
     def _judge(self, store: BoundedStore, now: float, started: float) -> Event | None:
@@ -496,7 +510,7 @@ class Watchdog(threading.Thread):
         hang = self._hang
         if not hang or hang["verdict"] is None:
             return None
-        waited = time.monotonic() - hang["decided"]
+        waited = self.clock() - hang["decided"]
         if self.nnodes > 1 and waited < 3 * self.interval + 2.0 and \
                 store.add(protocol.hang_seen_key(self._gen), 0) < self.nnodes - 1:
             return None
@@ -506,7 +520,7 @@ class Watchdog(threading.Thread):
         if event is None:  # restarted: what the hung attempt left is stale
             keys = [protocol.progress_key(r) for r in range(self.world_size)]
             self._stale = {r: protocol.text(v) for r, v in enumerate(self._read_all(store, keys))}
-            self._publish(store, time.monotonic())
+            self._publish(store, self.clock())
         return event
 
     def _act(self, verdict: protocol.HangVerdict) -> Event | None:
@@ -554,7 +568,7 @@ class Watchdog(threading.Thread):
         sizes = {r: _size(os.path.join(folder, "stacks", f"rank{r}.txt")) for r in pids}
         for pid in pids.values():
             self.send_signal(pid, signal.SIGUSR1)
-        time.sleep(1.5)  # let faulthandler write
+        self._await_dumps(pids, sizes)
         out = []
         for rank, pid in sorted(pids.items()):
             path = os.path.join(folder, "stacks", f"rank{rank}.txt")
@@ -571,6 +585,26 @@ class Watchdog(threading.Thread):
             if not in_collective(dump):
                 out.append((rank, "not in a collective"))
         return protocol.Probe(tuple(out), left)
+
+    def _await_dumps(self, pids: Mapping[int, int], sizes: Mapping[int, int],
+                     limit: float = _DUMP_WAIT_S) -> None:
+        """Until every probed worker has written its stack dump (its file grew and then
+        stayed still for a poll), is stopped or gone, or ``limit`` seconds passed: a worker
+        that answers takes milliseconds; one that cannot (stopped, stuck in C code holding
+        the GIL) is what the probe is looking for."""
+        folder = os.path.join(self.log_dir, "stacks")
+        deadline = time.monotonic() + limit  # a real wait for files, not a judgement
+        last: dict[int, int] = {}
+        while time.monotonic() < deadline:
+            now = {r: _size(os.path.join(folder, f"rank{r}.txt")) for r in pids}
+            waiting = [r for r, pid in pids.items()
+                       if process_state(pid) not in ("T", "t", "Z", "")
+                       and not (now[r] > sizes[r] and last.get(r) == now[r])]
+            if not waiting:
+                return
+            last = now
+            if self._halt.wait(_DUMP_POLL_S):
+                return  # stopping: nobody waits for the answer
 
     # -- the end of the workers -------------------------------------------------------------
     def mark_ended(self) -> None:

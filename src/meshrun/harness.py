@@ -1,0 +1,393 @@
+"""Several meshrun nodes on one machine, for meshrun's own tests and benchmarks (and anyone
+who wants to start a multi-node job on loopback from Python): one clean environment, free
+ports, N `meshrun run` agents of one job, waiting for a line, stopping a node's whole
+process tree.
+
+    from meshrun.harness import Nodes, clean_env
+
+    with Nodes(folder, ["--", "train.py"], nnodes=2, nproc=1) as nodes:
+        nodes.wait_for("first step done", node=0, timeout=90)
+        nodes.signal(1, signal.SIGKILL)          # node 1's agent and its workers
+        codes = nodes.wait(timeout=60)
+
+The environment a node gets is this process's without any variable through which a
+platform tells a node its place (the topology detectors' own declarations, so a new
+platform is left out without touching this file), without ``MESHRUN_*`` and without the
+devices and threads a host sets; every node adds its flags itself.
+
+Ports: :func:`free_port` asks the kernel for one, except under pytest-xdist, where each
+worker takes ports from a range of its own below the kernel's ephemeral range (``gw0``
+20000-21999, ``gw1`` 22000-23999, ...): two workers never pick the same port, and no
+connection's ephemeral port takes one between the pick and the bind.
+
+A slow node for real: :class:`CpuQuota` puts a process tree in a cgroup v1 ``cpu`` group
+(``/sys/fs/cgroup/cpu``, writable as root) with a quota (``cpu.cfs_quota_us``: the kernel
+throttles every thread in it, children forked later included) or a low weight
+(``cpu.shares``: it gets what the rest of the machine leaves).
+
+Nothing here imports torch; it starts processes, so it belongs with the effects.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal as signals
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+CGROUP_CPU = "/sys/fs/cgroup/cpu"
+FIRST_PORT = 20000      # the per-worker ranges start here (the kernel's begin at 32768)
+PORTS_PER_WORKER = 2000
+_NEXT: dict[int, itertools.count] = {}
+
+
+# --- the environment ----------------------------------------------------------------------
+
+def neutral(name: str) -> bool:
+    """Whether a neutral machine lacks ``name``: a platform's variable (as the topology's
+    detectors declare them), a launcher's (torchrun's ``TORCHELASTIC_*``, ``GROUP_RANK``...),
+    meshrun's own, or the devices and threads a host sets."""
+    from .topology import platform_variable
+
+    return (platform_variable(name) or name.startswith(("MESHRUN_", "TORCHELASTIC_"))
+            or name in ("CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "GROUP_RANK",
+                        "LOCAL_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE"))
+
+
+def clean_env(base: Mapping[str, str] | None = None, keep: Iterable[str] = (),
+              **extra: str) -> dict[str, str]:
+    """``base`` (default ``os.environ``) without the variables :func:`neutral` names (but
+    those in ``keep``: a GPU benchmark keeps ``CUDA_VISIBLE_DEVICES``), unbuffered Python,
+    plus ``extra``: the environment of a node on a neutral machine."""
+    kept = set(keep)
+    env = {k: v for k, v in (os.environ if base is None else base).items()
+           if k in kept or not neutral(k)}
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra)
+    return env
+
+
+# --- ports ----------------------------------------------------------------------------------
+
+def worker_index(env: Mapping[str, str] | None = None) -> int | None:
+    """This pytest-xdist worker's number (``gw3`` -> 3), None outside xdist."""
+    name = (os.environ if env is None else env).get("PYTEST_XDIST_WORKER", "")
+    return int(name[2:]) if name.startswith("gw") and name[2:].isdigit() else None
+
+
+def port_range(index: int) -> range:
+    first = FIRST_PORT + index * PORTS_PER_WORKER
+    return range(first, first + PORTS_PER_WORKER)
+
+
+def _free(port: int, host: str) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(host: str = "") -> int:
+    """A TCP port nothing listens on (on every address when ``host`` is empty, as a store
+    binds it). Under pytest-xdist from this worker's own range, in turn; else the kernel's."""
+    index = worker_index()
+    if index is None:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((host, 0))
+            return sock.getsockname()[1]
+    ports = port_range(index)
+    turn = _NEXT.setdefault(index, itertools.count())
+    for _ in range(len(ports)):
+        port = ports[next(turn) % len(ports)]
+        if _free(port, host):
+            return port
+    raise RuntimeError(f"no free port in {ports.start}-{ports.stop - 1} (xdist worker {index})")
+
+
+# --- processes ------------------------------------------------------------------------------
+
+def alive(pid: int) -> bool:
+    """The process exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def tree(pid: int) -> list[int]:
+    """``pid`` and its descendants alive now (torch's agent starts workers in sessions of
+    their own: a process group or session does not reach them). From the kernel's
+    ``children`` files, or a scan of every ``/proc/<pid>/stat`` where the kernel has none."""
+    children = None if os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children") \
+        else _children_by_scan()
+    out, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        out.append(current)
+        if children is not None:
+            todo += children.get(current, [])
+            continue
+        try:
+            with open(f"/proc/{current}/task/{current}/children") as handle:
+                todo += [int(p) for p in handle.read().split()]
+        except OSError:
+            pass
+    return out
+
+
+def _children_by_scan() -> dict[int, list[int]]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as handle:
+                    ppid = int(handle.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    return children
+
+
+def signal_tree(pid: int, sig: int) -> None:
+    """``sig`` to ``pid`` and every descendant at once (a whole simulated node)."""
+    for each in tree(pid):
+        try:
+            os.kill(each, sig)
+        except OSError:
+            pass
+
+
+def wait_for_text(path: Path, text: str, timeout: float,
+                  procs: Iterable[subprocess.Popen] = (), poll: float = 0.1) -> float | None:
+    """Seconds until ``text`` appears in the file ``path``; None when it did not within
+    ``timeout``, or when one of ``procs`` ended first (the text checked once more then)."""
+    started = time.monotonic()
+    procs = list(procs)
+    while True:
+        try:
+            if text in path.read_text(errors="replace"):
+                return time.monotonic() - started
+        except FileNotFoundError:
+            pass
+        if time.monotonic() - started >= timeout or any(p.poll() is not None for p in procs):
+            try:
+                return (time.monotonic() - started
+                        if text in path.read_text(errors="replace") else None)
+            except FileNotFoundError:
+                return None
+        time.sleep(poll)
+
+
+def meshrun_argv(*args: str) -> list[str]:
+    """``meshrun ARGS`` as this interpreter runs it."""
+    return [sys.executable, "-m", "meshrun", *args]
+
+
+class Nodes:
+    """``nnodes`` `meshrun run` agents of one job on 127.0.0.1, started at once; node k's
+    output (stdout and stderr) in ``folder/node<k>.out``.
+
+    ``command``: what follows the node flags (``["--", "script.py", ...]``, or ``["--recipe",
+    "mlp-tp"]``); ``extra``: more `meshrun run` flags for every node. ``env``: the nodes'
+    environment (default :func:`clean_env`). ``before_start(node, proc)`` is called as each
+    node starts (e.g. to move it into a cgroup). ``nice``: a CPU priority for every node
+    (19: use what the machine leaves idle)."""
+
+    def __init__(self, folder: Path, command: Sequence[str], *, nnodes: int = 2, nproc: int = 1,
+                 extra: Sequence[str] = (), env: Mapping[str, str] | None = None,
+                 run_id: str = "t", log_dir: Path | None = None, preflight: bool = False,
+                 cwd: Path | None = None, port: int | None = None, nice: int = 0,
+                 before_start=None, verb: str = "run") -> None:
+        self.folder, self.nnodes, self.nproc = Path(folder), nnodes, nproc
+        self.port = port or free_port()
+        self.env = dict(env) if env is not None else clean_env()
+        self.cwd = cwd or self.folder
+        self.procs: list[subprocess.Popen] = []
+        self._nice, self._before = nice, before_start
+        flags = ["--nnodes", str(nnodes), "--master-addr", "127.0.0.1", "--master-port",
+                 str(self.port), "--run-id", run_id, "--nproc-per-node", str(nproc)]
+        if log_dir is not None:
+            flags += ["--log-dir", str(log_dir)]
+        if not preflight and verb == "run":
+            flags.append("--no-preflight")
+        self.argv = [meshrun_argv(verb, *flags, "--node-rank", str(rank), *extra, *command)
+                     for rank in range(nnodes)]
+
+    def start(self) -> Nodes:
+        nice = self._nice
+        for rank, argv in enumerate(self.argv):
+            with open(self.out(rank), "w") as out:
+                self.procs.append(subprocess.Popen(
+                    argv, cwd=self.cwd, env=self.env, stdout=out, stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    preexec_fn=(lambda: os.nice(nice)) if nice else None))
+            if self._before is not None:
+                self._before(rank, self.procs[-1])
+        return self
+
+    def __enter__(self) -> Nodes:
+        return self.start() if not self.procs else self
+
+    def __exit__(self, *exc) -> None:
+        self.kill()
+
+    def out(self, rank: int) -> Path:
+        return self.folder / f"node{rank}.out"
+
+    def output(self, rank: int) -> str:
+        try:
+            return self.out(rank).read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def outputs(self) -> str:
+        return "".join(self.output(r) for r in range(self.nnodes))
+
+    def wait_for(self, text: str, node: int = 0, timeout: float = 60) -> float | None:
+        """Seconds until node ``node`` printed ``text`` (None: not within ``timeout``, or a
+        node ended first without printing it)."""
+        return wait_for_text(self.out(node), text, timeout, self.procs)
+
+    def wait(self, timeout: float = 120) -> list[int | None]:
+        """Every node's exit code (None: still running after ``timeout`` seconds in all; it
+        is then killed with its workers)."""
+        deadline = time.monotonic() + timeout
+        codes: list[int | None] = []
+        for proc in self.procs:
+            try:
+                codes.append(proc.wait(timeout=max(0.0, deadline - time.monotonic())))
+            except subprocess.TimeoutExpired:
+                signal_tree(proc.pid, signals.SIGKILL)
+                proc.wait()
+                codes.append(None)
+        return codes
+
+    def signal(self, rank: int, sig: int, workers: bool = True) -> None:
+        """``sig`` to node ``rank``'s agent, and with ``workers`` to its workers too."""
+        if workers:
+            signal_tree(self.procs[rank].pid, sig)
+        else:
+            self.procs[rank].send_signal(sig)
+
+    def kill(self) -> None:
+        """SIGKILL every node still running and everything it started (stopped ones are
+        continued first so they can die)."""
+        for proc in self.procs:
+            pids = tree(proc.pid) if proc.poll() is None else []
+            for pid in pids:
+                for sig in (signals.SIGKILL, signals.SIGCONT):
+                    try:
+                        os.kill(pid, sig)
+                    except OSError:
+                        pass
+            if proc.poll() is None or pids:
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    pass
+
+
+# --- CPU quotas and weights (cgroup v1) -----------------------------------------------------
+
+def quota_available() -> str | None:
+    """None when a CPU quota can be set here, else the reason."""
+    if not os.path.isfile(os.path.join(CGROUP_CPU, "cpu.cfs_quota_us")):
+        return f"no cgroup v1 cpu controller at {CGROUP_CPU}"
+    if not os.access(CGROUP_CPU, os.W_OK):
+        return f"{CGROUP_CPU} is not writable (needs root)"
+    return None
+
+
+class CpuQuota:
+    """A cgroup of its own under the ``cpu`` controller, removed on exit (its processes go
+    back to the root group)::
+
+        with CpuQuota("node1", cpus=0.25) as quota:
+            proc = subprocess.Popen(...)
+            quota.add(proc.pid)          # its workers, forked later, inherit the group
+            quota.set(0.1)               # slower from now on
+
+    ``cpus``: the quota in CPUs (<= 0: none); ``shares``: the group's weight against its
+    siblings (the kernel's default is 1024, which is also what one busy session weighs at
+    the top; 2 means it runs on what the rest leaves idle); ``parent``: a group to nest in
+    (a job reserved a large weight, one node of it held to a quota)."""
+
+    def __init__(self, name: str, cpus: float = 0, period_us: int = 100_000,
+                 shares: int | None = None, parent: CpuQuota | None = None) -> None:
+        self.path = (os.path.join(parent.path, name) if parent is not None
+                     else os.path.join(CGROUP_CPU, f"meshrun-test-{os.getpid()}-{name}"))
+        self.cpus, self.period_us, self.shares, self.parent = cpus, period_us, shares, parent
+
+    def __enter__(self) -> CpuQuota:
+        os.makedirs(self.path, exist_ok=True)
+        self._write("cpu.cfs_period_us", self.period_us)
+        self.set(self.cpus)
+        if self.shares is not None:
+            self._write("cpu.shares", self.shares)
+        return self
+
+    def set(self, cpus: float) -> None:
+        """Change the quota (``cpus`` <= 0: none) while the group's processes run."""
+        quota = -1 if cpus <= 0 else max(1000, int(cpus * self.period_us))
+        self._write("cpu.cfs_quota_us", quota)
+
+    def weigh(self, shares: int) -> None:
+        """Change the group's weight (``cpu.shares``) while its processes run."""
+        self._write("cpu.shares", shares)
+
+    def add(self, pid: int) -> list[int]:
+        """Move ``pid`` (all its threads) and its descendants alive now into the group;
+        the pids moved (one that exited meanwhile is left out)."""
+        moved = []
+        for each in tree(pid):
+            try:
+                self._write("cgroup.procs", each)
+            except ProcessLookupError:
+                continue  # it exited meanwhile
+            moved.append(each)
+        if pid not in self.pids() and alive(pid):
+            raise RuntimeError(f"process {pid} is not in {self.path} after it was moved there")
+        return moved
+
+    def pids(self) -> list[int]:
+        """The processes in the group now."""
+        with open(os.path.join(self.path, "cgroup.procs")) as handle:
+            return [int(p) for p in handle.read().split()]
+
+    def throttled_s(self) -> float:
+        """Seconds the kernel held the group's threads back so far (cpu.stat)."""
+        with open(os.path.join(self.path, "cpu.stat")) as handle:
+            for line in handle:
+                name, _, value = line.partition(" ")
+                if name == "throttled_time":
+                    return int(value) / 1e9
+        return 0.0
+
+    def __exit__(self, *exc) -> None:
+        try:
+            with open(os.path.join(self.path, "cgroup.procs")) as handle:
+                pids = handle.read().split()
+        except OSError:
+            pids = []
+        for pid in pids:
+            try:
+                with open(os.path.join(CGROUP_CPU, "cgroup.procs"), "w") as handle:
+                    handle.write(pid)
+            except OSError:
+                pass
+        try:
+            os.rmdir(self.path)
+        except OSError:
+            pass
+
+    def _write(self, name: str, value: int) -> None:
+        with open(os.path.join(self.path, name), "w") as handle:
+            handle.write(str(value))
