@@ -10,15 +10,19 @@ thing to both), the model (``mlp_tp.MLP``, seeded alike), the 2-D ``("dp", "tp")
 DeviceMesh, the ``parallelize_module`` plan (``ColwiseParallel`` up,
 ``RowwiseParallel`` down) and ``fully_shard`` per block and at the root, the
 synthetic data (``mlp_tp.inputs`` and ``mlp_tp.Teacher``, the same samples per dp
-rank), AdamW/SGD with the same hyper-parameters and the same per-step LR
-(``train.lr_at``), bf16 autocast under the same rule.
+rank), AdamW/SGD with the same hyper-parameters, the same kernels
+(``train.optimizer_impl``: fused on a GPU by default) and the same per-step LR
+(``train.lr_at``), bf16 under the same rule (``parallel.bf16_mode``: FSDP2's bf16
+parameters on a GPU, autocast on a CPU; the recipe's own helpers decide both).
 
 What it leaves out, i.e. what the benchmark charges to the recipe: the per-step loss
-all-reduce and ``.item()``, ``set_requires_gradient_sync`` (called only when
-``grad_accum > 1``), the per-step ``perf_counter`` bookkeeping, ``meshrun.progress``,
+all-reduce, its read-back and the check that it is finite,
+``set_requires_gradient_sync`` (called only when ``grad_accum > 1``), the per-step
+``perf_counter`` bookkeeping, ``meshrun.progress``,
 the metrics records and log lines, checkpoints (none here, whatever the config says)
 and the recipe's one-collective gradient clipping: with ``train.grad_clip > 0`` this
-loop clips the ordinary way, ``torch.nn.utils.clip_grad_norm_``.
+loop clips the ordinary way, ``torch.nn.utils.clip_grad_norm_``. Its batches are made in
+the loop, whatever ``train.prefetch`` says (the recipe makes them ahead on a GPU).
 
 Timing (rank 0, no barriers): ``perf_counter`` at the end of every step (after
 ``optimizer.zero_grad``), steps ``1..N``; on a GPU the clock waits for the device
@@ -35,7 +39,6 @@ prints one summary line.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import time
@@ -45,10 +48,11 @@ import torch.distributed as dist
 from torch import nn
 
 from meshrun.job import for_worker
+from meshrun.recipes import _loop
 from meshrun.recipes.mlp_tp import MLP, Teacher, inputs, model_config
 
 
-def parallelize(model: MLP, mesh, tp: int, reshard: bool) -> MLP:
+def parallelize(model: MLP, mesh, tp: int, reshard: bool, policy=None) -> MLP:
     """Tensor parallel over mesh["tp"], then FSDP2 over mesh["dp"] (the recipe's plan)."""
     from torch.distributed.fsdp import fully_shard
     from torch.distributed.tensor.parallel import (
@@ -63,9 +67,12 @@ def parallelize(model: MLP, mesh, tp: int, reshard: bool) -> MLP:
             plan[f"blocks.{i}.up"] = ColwiseParallel()
             plan[f"blocks.{i}.down"] = RowwiseParallel()
         parallelize_module(model, mesh["tp"], plan)
+    options = {"reshard_after_forward": reshard}
+    if policy is not None:
+        options["mp_policy"] = policy
     for block in model.blocks:
-        fully_shard(block, mesh=mesh["dp"], reshard_after_forward=reshard)
-    fully_shard(model, mesh=mesh["dp"], reshard_after_forward=reshard)
+        fully_shard(block, mesh=mesh["dp"], **options)
+    fully_shard(model, mesh=mesh["dp"], **options)
     return model
 
 
@@ -100,16 +107,10 @@ def main() -> None:
     torch.manual_seed(t.seed)
     with torch.device(device):
         model = MLP(cfg["dim"], cfg["hidden"], cfg["depth"])
-    model = parallelize(model, mesh, tp, job.parallel.reshard_after_forward)
+    model = parallelize(model, mesh, tp, job.parallel.reshard_after_forward,
+                        _loop.mixed_precision_policy(job, device))
     teacher = Teacher(t.seed, cfg["dim"])
-    if t.optimizer == "sgd":
-        opt = torch.optim.SGD(model.parameters(), lr=t.lr, momentum=t.momentum,
-                              weight_decay=t.weight_decay)
-    else:
-        opt = torch.optim.AdamW(model.parameters(), lr=t.lr, betas=t.betas,
-                                weight_decay=t.weight_decay)
-    mode = job.parallel.mixed_precision
-    bf16 = mode == "bf16" or (mode == "auto" and device.type == "cuda")
+    opt = _loop.optimizer(model.parameters(), job, device)   # AdamW/SGD, the same kernels
     last = min(t.steps, t.stop_after) if t.stop_after else t.steps
 
     # --- the loop -----------------------------------------------------------------------
@@ -125,7 +126,7 @@ def main() -> None:
             first = (micro * job.dp + dp_rank) * t.per_device_batch
             x = inputs(t.seed, step, range(first, first + t.per_device_batch), cfg["dim"])
             x, y = x.to(device), teacher(x).to(device)
-            with torch.autocast(device.type, torch.bfloat16) if bf16 else contextlib.nullcontext():
+            with _loop.autocast(job, device):   # bf16 autocast, where bf16 is done so
                 loss = nn.functional.mse_loss(model(x).float(), y) / t.grad_accum
             loss.backward()
             if step == last:

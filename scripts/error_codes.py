@@ -4,7 +4,7 @@
     python scripts/error_codes.py          # rewrite docs/errors.md
     python scripts/error_codes.py --check  # exit 1 when it is out of date
 
-Codes come from every ``UsageError``/``StartupError`` (and render's ``_fail``) in
+Codes come from every ``UsageError``/``StartupError``/``TrainingError`` (and render's ``_fail``) in
 ``src/meshrun`` (the ``code=`` each one names, its exit code, the module, its message as
 written), the NCCL lint's :data:`meshrun.nccl.LINT_CODES`, ``meshrun doctor``'s checks and
 the diagnose catalog.
@@ -34,9 +34,10 @@ meshrun: error: MESSAGE; fix: WHAT TO DO [code]
 the same five keys: code, severity, subject, message, fix. The code is stable: search for it
 here.
 Errors stop meshrun before anything starts (exit 2: bad input) or while the job starts
-(exit 3); findings (the NCCL lint, `meshrun doctor`) and diagnoses (`meshrun diagnose`)
-report. This file is written by `python scripts/error_codes.py` from the source; a test
-fails when it is out of date.
+(exit 3), or stop a recipe's training on every rank (exit 1: `loss-not-finite`); findings
+(the NCCL lint, `meshrun doctor`) and diagnoses (`meshrun diagnose`) report. This file is
+written by `python scripts/error_codes.py` from the source; a test fails when it is out of
+date.
 
 """
 
@@ -53,7 +54,7 @@ def _template(node: ast.AST, text: str) -> str:
 
 
 def errors() -> dict[str, dict]:
-    """code -> {"exit": 2|3, "where": {modules}, "example": first message}."""
+    """code -> {"exit": 1|2|3, "where": {modules}, "example": first message}."""
     found: dict[str, dict] = {}
     for path in sorted(SRC.rglob("*.py")):
         text = path.read_text()
@@ -61,7 +62,8 @@ def errors() -> dict[str, dict]:
             if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
                 continue
             name = node.func.id
-            if name not in ("UsageError", "StartupError", "MeshrunError", "_fail"):
+            if name not in ("UsageError", "StartupError", "TrainingError", "MeshrunError",
+                            "_fail"):
                 continue
             code = next((k.value.value for k in node.keywords if k.arg == "code"
                          and isinstance(k.value, ast.Constant)), None)
@@ -69,7 +71,8 @@ def errors() -> dict[str, dict]:
                 code = "render-bad-value" if "render" in path.parts else None
             if code is None:
                 continue
-            entry = found.setdefault(code, {"exit": 3 if name == "StartupError" else 2,
+            exit_code = {"StartupError": 3, "TrainingError": 1}.get(name, 2)
+            entry = found.setdefault(code, {"exit": exit_code,
                                             "where": set(), "example": ""})
             entry["where"].add(".".join(path.relative_to(SRC.parent).with_suffix("").parts))
             if not entry["example"] and node.args:

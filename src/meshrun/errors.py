@@ -11,7 +11,9 @@ and read one way as JSON (:meth:`Diagnostic.to_json`). Four kinds share the shap
 
 * :class:`MeshrunError` — an error that stops meshrun (:class:`UsageError` exit 2 before
   anything starts, :class:`StartupError` exit 3); the CLI prints its line, and with
-  ``--json`` also ``{"error": {...}}``, and exits with its code;
+  ``--json`` also ``{"error": {...}}``, and exits with its code; :class:`TrainingError`
+  (exit 1) is a recipe's training that cannot go on (a loss that is not finite), printed by
+  the worker itself;
 * :class:`Finding` — a check's result that does not stop anything by itself: the NCCL
   environment lint, ``meshrun doctor``'s checks, preflight's differences;
 * :class:`meshrun.diagnose.Diagnosis` — a failure found in logs, with its rank and host.
@@ -129,5 +131,16 @@ class StartupError(MeshrunError):
     exit_code = EXIT_STARTUP
 
     def __init__(self, message: str, *, hint: str = "", code: str = "startup-failed",
+                 subject: str = "") -> None:
+        super().__init__(message, hint=hint, code=code, subject=subject)
+
+
+class TrainingError(MeshrunError):
+    """Training that cannot go on (a loss that is not finite): the recipes' workers print the
+    line and exit 1, every rank at the same step (the value is the same on every rank)."""
+
+    exit_code = EXIT_WORKER_FAILED
+
+    def __init__(self, message: str, *, hint: str = "", code: str = "training-failed",
                  subject: str = "") -> None:
         super().__init__(message, hint=hint, code=code, subject=subject)

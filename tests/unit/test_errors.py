@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from meshrun.errors import CODE, CODE_SUFFIX, Finding, StartupError, UsageError
+from meshrun.errors import CODE, CODE_SUFFIX, Finding, StartupError, TrainingError, UsageError
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src" / "meshrun"
@@ -20,7 +20,8 @@ def _constructions():
     for path in sorted(SRC.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
-                    node.func.id in ("UsageError", "StartupError", "MeshrunError"):
+                    node.func.id in ("UsageError", "StartupError", "TrainingError",
+                                     "MeshrunError"):
                 yield path, node
 
 
@@ -59,6 +60,7 @@ def test_one_line_one_shape():
                              "message": "--nnodes 2 but no master address",
                              "fix": "pass --master-addr"}
     assert StartupError("x", code="port-in-use").exit_code == 3 and err.exit_code == 2
+    assert TrainingError("x", code="loss-not-finite").exit_code == 1   # a worker's failure
     finding = Finding("disk-space", "warning", "checkpoints", "1 GiB free", "free space")
     assert finding.line() == "meshrun: warning: 1 GiB free; fix: free space [disk-space]"
     with pytest.raises(ValueError):

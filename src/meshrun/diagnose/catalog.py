@@ -202,12 +202,14 @@ CATALOG: tuple[Signature, ...] = (
          "'https://huggingface.co'`, on the exception that ended the rank (a retry warning "
          "is advice)",
          suppresses=("master-dns-failure",)),
-    sig("worker-bad-input", "the job's input refused",
+    sig("worker-bad-input", "a worker stopped with meshrun's own error",
          [(r"^meshrun: error: (?P<msg>.+?); fix: (?P<hint>.+?)"
            r"(?: \[(?P<said>[a-z0-9]+(?:-[a-z0-9]+)*)\])?$")],
-         lambda h: h.match["msg"], lambda h: h.match["hint"],
+         lambda h: h.match["msg"] + (f" [{h.match['said']}]" if h.match["said"] else ""),
+         lambda h: h.match["hint"],
          SETUP, "`meshrun: error: ...; fix: ...` printed by a worker: a job config, "
-         "MESHRUN_* variable or checkpoint the training side refused",
+         "MESHRUN_* variable or checkpoint the training side refused, or a recipe's loss "
+         "that is not finite (`loss-not-finite`); the worker's own code ends the cause",
          worker_only=True),
     sig("python-module-missing", "a Python module is missing",
          [r"ModuleNotFoundError: No module named '(?P<mod>[\w.]+)'"],
@@ -659,7 +661,7 @@ def _check_catalog(catalog: tuple[Signature, ...]) -> dict[str, Signature]:
     signature (a code may have several, e.g. two ways to see a full /dev/shm)."""
     by_code: dict[str, Signature] = {}
     for entry in catalog:
-        by_code.setdefault(entry.code, sig)
+        by_code.setdefault(entry.code, entry)
     for entry in catalog:
         if entry.code == UNKNOWN_CODE:
             raise ValueError("'unknown' is the engine's code for what no signature knows")

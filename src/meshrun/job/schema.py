@@ -91,6 +91,11 @@ class TrainConfig(_Checked):
     effective_batch: int | None = knob("int", None, "target effective batch for "
                                        "keep_effective_batch; unset: lr_tuned_for_batch", low=1)
     optimizer: str = knob("choice", "adamw", "optimizer", choices=("adamw", "sgd"))
+    optimizer_impl: str = knob("choice", "auto", "the optimizer's kernels: fused (one kernel "
+                               "for every parameter), foreach (one per operation over all "
+                               "parameters) or for-loop (per parameter); auto: fused on a "
+                               "GPU, torch's default on a CPU",
+                               choices=("auto", "fused", "foreach", "for-loop"))
     weight_decay: float = knob("float", 0.0, "decoupled weight decay", low=0)
     betas: tuple[float, float] = knob("betas", (0.9, 0.999), "AdamW betas")
     momentum: float = knob("float", 0.9, "SGD momentum", low=0, high=1)
@@ -104,6 +109,20 @@ class TrainConfig(_Checked):
                            "spans `steps`); 0: run all steps", low=0)
     seed: int = knob("int", 0, "random seed (each rank derives its own from it)", low=0)
     log_every: int = knob("int", 10, "print a metrics line every N steps", low=1)
+    prefetch: str = knob("choice", "auto", "make the next micro-batches on a background "
+                         "thread while the device works on this one (the same tensors); "
+                         "auto: on a GPU only", choices=("auto", "on", "off"))
+
+    def prefetching(self, device: str) -> bool:
+        """Whether batches are made ahead on a thread, on ``device`` ("cuda" or "cpu")."""
+        return self.prefetch == "on" or (self.prefetch == "auto" and device == "cuda")
+
+    def optimizer_kernels(self, device: str) -> str:
+        """``"fused"``, ``"foreach"``, ``"for-loop"`` or ``"default"`` (torch's choice) on
+        ``device``; resolves ``auto``: fused on a GPU, torch's default elsewhere."""
+        if self.optimizer_impl != "auto":
+            return self.optimizer_impl
+        return "fused" if device == "cuda" else "default"
 
     def lr_at(self, step: int) -> float:
         """The learning rate of 1-based ``step``: linear warm-up, then the schedule to
@@ -131,12 +150,27 @@ class ParallelConfig(_Checked):
                                        "style, more memory, less traffic)")
     mixed_precision: str = knob("choice", "auto", "parameter/compute dtype; auto: bf16 on GPU, "
                                 "fp32 on CPU", choices=("auto", "bf16", "fp32"))
+    bf16_mode: str = knob("choice", "auto", "how bf16 is applied: params (FSDP2's "
+                          "MixedPrecisionPolicy: bf16 copies of the fp32 parameters for "
+                          "compute, gradients reduced in fp32, fp32 master weights in the "
+                          "optimizer) or autocast (torch.autocast over the fp32 parameters); "
+                          "auto: params on a GPU, autocast on a CPU",
+                          choices=("auto", "params", "autocast"))
 
     def precision(self, device: str) -> str:
         """``"bf16"`` or ``"fp32"`` on ``device`` ("cuda" or "cpu"); resolves ``auto``."""
         if self.mixed_precision != "auto":
             return self.mixed_precision
         return "bf16" if device == "cuda" else "fp32"
+
+    def bf16_how(self, device: str) -> str | None:
+        """``"params"``, ``"autocast"``, or None when ``device`` trains in fp32; resolves
+        both ``auto`` values."""
+        if self.precision(device) != "bf16":
+            return None
+        if self.bf16_mode != "auto":
+            return self.bf16_mode
+        return "params" if device == "cuda" else "autocast"
 
 
 @dataclass(frozen=True)

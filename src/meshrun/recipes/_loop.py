@@ -7,25 +7,35 @@ A recipe builds its sharded model and hands the loop a :class:`Workload`;
    (when ``checkpoint.interval > 0``), printing ``resumed from step N (path)``;
 2. each step: set the LR from the schedule (a pure function of the step, so
    nothing but the step needs saving), run ``grad_accum`` micro-batches
-   (FSDP2 gradient sync only on the last one), clip, step the optimizer,
-   all-reduce the loss for the log;
-3. every ``log_every`` steps (and the first and last): rank 0 prints the
+   (FSDP2 gradient sync only on the last one; each made on the host by the
+   recipe and moved to the device, on a GPU made ahead on a thread of its own:
+   :class:`Feed`), clip, step the optimizer, all-reduce the loss;
+3. check the all-reduced loss (and gradient norm): the first that is not
+   finite stops every rank at that step with one line, ``meshrun: error: the
+   loss is nan at step 10 (lr 0.00299) ...; fix: lower train.lr ...
+   [loss-not-finite]``, and exit 1 (the value is the same on every rank, so no
+   rank is left waiting in a collective). On a GPU step s's values are read
+   back after step s+1 is queued (the device never waits for the host), except
+   at the steps below, which read their own;
+4. every ``log_every`` steps (and the first and last): rank 0 prints the
    recipe's line and appends one JSON object to ``<log dir>/metrics.jsonl``
    (and TensorBoard scalars under ``<log dir>/tensorboard`` when the
    ``tensorboard`` package is installed);
-4. every ``checkpoint.interval`` steps, and at the last step run: save
+5. every ``checkpoint.interval`` steps, and at the last step run: save
    ``step-N`` (see :mod:`meshrun.worker.checkpoint`).
 
 Metrics (one JSON object per logged step)::
 
     {"step": 20, "loss": 0.0123, "lr": 0.0029, "step_time_s": 0.081,
-     "samples_per_s": 790.1, "psnr": 24.1, "mfu": 0.31}
+     "samples_per_s": 790.1, "psnr": 24.1, "peak_memory_gib": 12.5, "mfu": 0.31}
 
 ``loss`` is that step's loss averaged over all ranks (full precision, so two
 runs can be compared exactly); ``step_time_s`` the mean over the steps since
 the previous record, leaving out the run's first step (start-up, lazy init)
 unless it is the only one, in which case the record has ``"first_step": true``;
-``samples_per_s`` = samples per step (all ranks) / ``step_time_s``; ``mfu``
+``samples_per_s`` = samples per step (all ranks) / ``step_time_s``; on a GPU,
+``peak_memory_gib``: the most memory rank 0's tensors held on its GPU so far
+(``torch.cuda.max_memory_allocated``, GiB); ``mfu``
 = model FLOPs per step / step time / (world size x the device's dense bf16
 peak), with the FLOPs counted once by ``torch.utils.flop_counter`` on the
 meta device. The peak comes from ``MESHRUN_PEAK_FLOPS`` (FLOP/s per device,
@@ -38,6 +48,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import sys
 import time
@@ -54,6 +65,7 @@ from ..worker import checkpoint as ckpt
 from ..worker.dist import RankInfo
 from ..worker.progress import arrive, progress
 from . import parse_peak_flops
+from ._step import Feed, Readback, clip_grad_norm, not_finite
 
 # Dense bf16 tensor-core peak per GPU, FLOP/s, matched against the CUDA device name
 # (first match wins, so the specific names come first).
@@ -100,6 +112,14 @@ def mfu(flops_per_sample: float, samples_per_step: int, step_time_s: float, peak
     return flops_per_sample * samples_per_step / step_time_s / (peak * devices)
 
 
+def memory_fields(device: torch.device) -> dict[str, float]:
+    """``{"peak_memory_gib": ...}`` on a GPU: the most memory this process's tensors have
+    held on ``device`` so far (``torch.cuda.max_memory_allocated``); nothing on a CPU."""
+    if device.type != "cuda":
+        return {}
+    return {"peak_memory_gib": torch.cuda.max_memory_allocated(device) / 2 ** 30}
+
+
 def count_flops(build: Callable[[], torch.nn.Module], sample: Callable[[], Any],
                 loss: Callable[[torch.nn.Module, Any], torch.Tensor]) -> float:
     """FLOPs of one forward + backward over ``sample()``, counted on the meta device."""
@@ -118,8 +138,10 @@ def count_flops(build: Callable[[], torch.nn.Module], sample: Callable[[], Any],
 class Workload:
     """What a recipe hands the loop.
 
-    ``batch(step, micro)`` returns this rank's micro-batch of 1-based ``step``
-    (already on the device); ``loss(model, batch)`` runs the forward pass and
+    ``batch(step, micro)`` returns this rank's micro-batch of 1-based ``step``, made on
+    the host (CPU tensors, or tuples/lists of them: the loop moves them to the device, and
+    on a GPU calls it ahead of time on a thread of its own, :class:`Feed`, so it must
+    depend on its arguments only); ``loss(model, batch)`` runs the forward pass and
     returns the scalar loss; ``extra(mean_loss)`` adds recipe metrics to a
     record (PSNR); ``line(record)`` formats rank 0's log line;
     ``flops_per_sample`` feeds the MFU; ``model_config`` is saved with each
@@ -182,60 +204,68 @@ def load_job(recipe: str) -> JobConfig:
                       nproc_per_node=ranks.local_world_size, nnodes=ranks.nnodes)
 
 
-def optimizer(params: Any, job: JobConfig) -> torch.optim.Optimizer:
-    """The configured optimizer (the LR is set per step by the schedule)."""
+def optimizer(params: Any, job: JobConfig,
+              device: torch.device | None = None) -> torch.optim.Optimizer:
+    """The configured optimizer (the LR is set per step by the schedule), with the kernels
+    ``train.optimizer_impl`` resolves to on ``device``: on a GPU by default ``fused`` (one
+    kernel for every parameter's update: AdamW over ~1 G parameters is memory-bound, and
+    the per-operation passes of ``foreach`` cost several times more), on a CPU torch's own
+    choice (unchanged numerics)."""
     t = job.train
+    kernels = t.optimizer_kernels(device.type if device is not None else "cpu")
+    options: dict[str, bool] = {}
+    if kernels == "fused":
+        options["fused"] = True
+    elif kernels != "default":
+        options["foreach"] = kernels == "foreach"
     if t.optimizer == "sgd":
         return torch.optim.SGD(params, lr=t.lr, momentum=t.momentum,
-                               weight_decay=t.weight_decay)
-    return torch.optim.AdamW(params, lr=t.lr, betas=t.betas, weight_decay=t.weight_decay)
+                               weight_decay=t.weight_decay, **options)
+    return torch.optim.AdamW(params, lr=t.lr, betas=t.betas, weight_decay=t.weight_decay,
+                             **options)
+
+
+def mixed_precision_policy(job: JobConfig, device: torch.device) -> Any:
+    """FSDP2's ``MixedPrecisionPolicy`` for ``fully_shard(..., mp_policy=...)`` when bf16 is
+    applied through the parameters (``parallel.bf16_mode`` params; auto on a GPU): each
+    all-gather casts the fp32 shards to bf16 once, compute runs on those copies, gradients are
+    reduced in fp32 into the fp32 shards the optimizer updates (fp32 master weights). None
+    otherwise (fp32, or bf16 by autocast)."""
+    if job.parallel.bf16_how(device.type) != "params":
+        return None
+    try:
+        from torch.distributed.fsdp import MixedPrecisionPolicy
+    except ImportError:  # torch < 2.6
+        from torch.distributed._composable.fsdp import MixedPrecisionPolicy
+    return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
 
 
 def autocast(job: JobConfig, device: torch.device) -> contextlib.AbstractContextManager:
-    """bf16 autocast for ``mixed_precision`` bf16, or auto on a GPU; else nothing."""
-    mode = job.parallel.mixed_precision
-    if mode == "bf16" or (mode == "auto" and device.type == "cuda"):
+    """bf16 autocast when bf16 is applied by autocast (``parallel.bf16_mode`` autocast; auto
+    on a CPU); else nothing (fp32, or bf16 parameters: :func:`mixed_precision_policy`)."""
+    if job.parallel.bf16_how(device.type) == "autocast":
         return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
 
 
 def precision_name(job: JobConfig, device: torch.device) -> str:
-    mode = job.parallel.mixed_precision
-    return "bf16 autocast" if mode == "bf16" or (mode == "auto" and device.type == "cuda") \
-        else "fp32"
+    how = job.parallel.bf16_how(device.type)
+    if how == "autocast":
+        return "bf16 autocast"
+    if how == "params":
+        return "bf16 parameters (FSDP2 mixed precision, fp32 master weights)"
+    return "fp32"
 
 
-def _clip(model: torch.nn.Module, max_norm: float) -> float:
-    """Clip the global gradient norm to ``max_norm``; returns the norm before clipping.
-
-    With every gradient a DTensor (FSDP2, TP), the squared norm is summed over each
-    rank's local shards, divided by how many ranks hold a replica of that shard, and
-    all-reduced once over the world: exact and one collective, where DTensor's own
-    norm would reduce once per mesh dimension.
-    """
-    try:
-        from torch.distributed.tensor import DTensor, Replicate
-    except ImportError:  # torch < 2.5
-        from torch.distributed._tensor import DTensor, Replicate
-
-    grads = [p.grad for p in model.parameters() if p.grad is not None]
-    world = dist.get_world_size()
-    if not grads or not all(isinstance(g, DTensor) and g.device_mesh.size() == world
-                            for g in grads):
-        return float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm))
-    squares = torch.zeros((), device=grads[0].to_local().device, dtype=torch.float32)
-    for g in grads:
-        copies = 1
-        for size, placement in zip(g.device_mesh.shape, g.placements):
-            if isinstance(placement, Replicate):
-                copies *= size
-        squares += g.to_local().float().square().sum() / copies
-    dist.all_reduce(squares)
-    norm = squares.sqrt()
-    scale = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
-    for g in grads:
-        g.to_local().mul_(scale.to(g.dtype))
-    return float(norm)
+def kernels_line(job: JobConfig, device: torch.device) -> str:
+    """What runs each step, for the start of a run: the optimizer's kernels and where the
+    batches are made."""
+    t = job.train
+    kernels = t.optimizer_kernels(device.type)
+    made = ("ahead, on a thread (train.prefetch)" if t.prefetching(device.type)
+            else "in the loop")
+    return (f"optimizer: {t.optimizer}"
+            + ("" if kernels == "default" else f" ({kernels})") + f"; batches made {made}")
 
 
 class MetricsLog:
@@ -282,6 +312,7 @@ def train(job: JobConfig, info: RankInfo, work: Workload) -> list[dict[str, Any]
     for note in job.warnings:
         say(info, f"note: {note}")
     say(info, describe_run(job))
+    say(info, kernels_line(job, info.device))
     if peak is not None and work.flops_per_sample:
         say(info, f"MFU against {source}")
     elif info.device.type == "cuda":
@@ -330,6 +361,26 @@ def train(job: JobConfig, info: RankInfo, work: Workload) -> list[dict[str, Any]
     window: list[float] = []          # step times since the last record
     first_step = start + 1
     run_started = time.perf_counter()
+    # On a GPU a step's loss is read one step late (queued work keeps the device busy while
+    # the host waits for it); on a CPU the values are there when the step ends.
+    lagging = info.device.type == "cuda"
+    pending: Readback | None = None
+    last_good: tuple[int, float] | None = None
+
+    def settle(readback: Readback) -> float:
+        """The step's mean loss over the ranks; a loss or norm that is not finite stops
+        every rank here, at the same step (the values are the same on every rank)."""
+        nonlocal last_good
+        loss_sum, norm = readback.read()
+        mean = loss_sum / info.world_size
+        if not math.isfinite(mean) or (norm is not None and not math.isfinite(norm)):
+            raise not_finite(job, readback.step, readback.lr, mean, norm, last_good,
+                             bf16=job.parallel.bf16_how(info.device.type) is not None)
+        last_good = (readback.step, mean)
+        return mean
+
+    feed = Feed(work.batch, first_step, last, t.grad_accum, info.device,
+                t.prefetching(info.device.type))
     try:
         for step in range(start + 1, last + 1):
             began = time.perf_counter()
@@ -340,32 +391,42 @@ def train(job: JobConfig, info: RankInfo, work: Workload) -> list[dict[str, Any]
             for micro in range(t.grad_accum):
                 if hasattr(model, "set_requires_gradient_sync"):  # FSDP2: sync on the last
                     model.set_requires_gradient_sync(micro == t.grad_accum - 1)
-                batch = work.batch(step, micro)
+                batch = feed.get(step, micro)
                 with autocast(job, info.device):
                     loss = work.loss(model, batch) / t.grad_accum
                 if micro == 0:
                     arrive()  # own work done; DDP's backward waits for every rank (stragglers)
                 loss.backward()
                 total += loss.detach().float()
-            if t.grad_clip > 0:
-                _clip(model, t.grad_clip)
+            norm = clip_grad_norm(model, t.grad_clip) if t.grad_clip > 0 else None
             opt.step()
             opt.zero_grad(set_to_none=True)
             dist.all_reduce(total)
-            mean_loss = total.item() / info.world_size   # .item() waits for the GPU too
-            elapsed = time.perf_counter() - began
+            readback = Readback.start(step, lr, total, norm)
+            if pending is not None:
+                settle(pending)            # the previous step's, read while this one runs
+                pending = None
             marked = step == first_step      # start-up and lazy init: reported alone, marked
+            logged = marked or step == last or step % t.log_every == 0
+            saving = bool(c.interval) and (step % c.interval == 0 or step == last)
+            mean_loss = None
+            if lagging and not (logged or saving):
+                pending = readback
+            else:
+                mean_loss = settle(readback)     # waits for the device: this step's own
+            elapsed = time.perf_counter() - began
             if not marked:
                 window.append(elapsed)
             progress(step)  # the watchdog's hang detection (meshrun.runtime.watchdog)
 
-            if marked or step == last or step % t.log_every == 0:
+            if logged:
                 step_time = elapsed if marked else sum(window) / len(window)
                 record: dict[str, Any] = {
                     "step": step, "loss": mean_loss, "lr": lr, "step_time_s": step_time,
                     "samples_per_s": job.effective_batch / step_time,
                 }
                 record.update(work.extra(mean_loss))
+                record.update(memory_fields(info.device))
                 if peak and work.flops_per_sample:
                     record["mfu"] = mfu(work.flops_per_sample, job.effective_batch,
                                         step_time, peak, info.world_size)
@@ -377,7 +438,7 @@ def train(job: JobConfig, info: RankInfo, work: Workload) -> list[dict[str, Any]
                     metrics.write(record)
                     print(work.line({**record, "steps": t.steps}), flush=True)
 
-            if c.interval and (step % c.interval == 0 or step == last):
+            if saving:
                 path = ckpt.save(c.dir, step, model, opt,
                                  {"step": step,
                                   "samples_seen": seen + (step - start) * job.effective_batch,
@@ -387,6 +448,7 @@ def train(job: JobConfig, info: RankInfo, work: Workload) -> list[dict[str, Any]
                                  keep=c.keep, say=lambda s: say(info, s))
                 say(info, f"saved checkpoint {path}")
     finally:
+        feed.close()
         metrics.close()
     if t.stop_after and last < t.steps:
         say(info, f"stopped after step {last} of {t.steps} (stop_after / "

@@ -26,7 +26,8 @@ Sharding. ``fully_shard`` on the encoder, the decoder and the root over all
 ranks (FSDP2): each rank stores 1/world of every parameter, gradient and
 optimizer state, as ZeRO-3 does; ``parallel.reshard_after_forward = false``
 keeps the gathered parameters from forward to backward (ZeRO-2-like, less
-communication). ``mixed_precision = auto``: bf16 autocast on GPU, fp32 on CPU.
+communication). ``mixed_precision = auto``: bf16 on GPU (bf16 parameters for compute
+through FSDP2's mixed precision, ``parallel.bf16_mode``), fp32 on CPU.
 
 Output: rank 0 prints ``Step s/S | Loss: x | PSNR: y dB | ms/step | samples/s``
 (``| MFU`` on GPU); metrics.jsonl records carry ``psnr``.
@@ -109,10 +110,13 @@ def shard(model: VideoAutoencoder, mesh, job: JobConfig) -> VideoAutoencoder:
     except ImportError:  # torch < 2.6
         from torch.distributed._composable.fsdp import fully_shard
 
-    reshard = job.parallel.reshard_after_forward
-    fully_shard(model.encoder, mesh=mesh, reshard_after_forward=reshard)
-    fully_shard(model.decoder, mesh=mesh, reshard_after_forward=reshard)
-    fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
+    options = {"reshard_after_forward": job.parallel.reshard_after_forward}
+    policy = _loop.mixed_precision_policy(job, torch.device(mesh.device_type))
+    if policy is not None:   # bf16 parameters for compute, fp32 ones in the optimizer
+        options["mp_policy"] = policy
+    fully_shard(model.encoder, mesh=mesh, **options)
+    fully_shard(model.decoder, mesh=mesh, **options)
+    fully_shard(model, mesh=mesh, **options)
     return model
 
 
@@ -139,10 +143,11 @@ def main() -> None:
     frames, size = cfg["frames"], cfg["size"]
 
     def batch(step: int, micro: int) -> torch.Tensor:
+        """On the CPU; the loop moves it to the device (on a GPU made ahead, on a thread)."""
         first = (micro * job.dp + info.rank) * t.per_device_batch
         clips = [clip(t.seed, step, i, frames, size)
                  for i in range(first, first + t.per_device_batch)]
-        return torch.stack(clips).to(info.device)
+        return torch.stack(clips)
 
     def loss(net: nn.Module, video: torch.Tensor) -> torch.Tensor:
         return nn.functional.mse_loss(net(video).float(), video)
@@ -158,7 +163,8 @@ def main() -> None:
     params = sum(p.numel() for p in model.parameters())  # DTensor: the global size
     _loop.say(info, f"model: {params:,} parameters, {flops:,.0f} FLOPs per clip (fwd+bwd), "
                     f"clips {frames}x{size}x{size}, {_loop.precision_name(job, info.device)}")
-    work = _loop.Workload(model=model, optimizer=_loop.optimizer(model.parameters(), job),
+    work = _loop.Workload(model=model,
+                          optimizer=_loop.optimizer(model.parameters(), job, info.device),
                           batch=batch, loss=loss, line=line, model_config=cfg,
                           extra=lambda mse: {"psnr": psnr(mse)}, flops_per_sample=flops)
     _loop.train(job, info, work)

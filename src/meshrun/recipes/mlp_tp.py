@@ -56,12 +56,16 @@ def sample_seed(seed: int, step: int, index: int) -> int:
 
 
 def inputs(seed: int, step: int, indices: range, dim: int) -> torch.Tensor:
+    """Samples ``indices`` of ``step``, one row each: row i is ``torch.randn(dim)`` from a
+    generator seeded by ``sample_seed(seed, step, i)``, drawn straight into its row of the
+    result (``normal_`` is what ``randn`` runs: the same numbers, without a tensor per
+    sample and a stack)."""
+    out = torch.empty(len(indices), dim)
     gen = torch.Generator()
-    rows = []
-    for i in indices:
+    for row, i in zip(out.unbind(0), indices):
         gen.manual_seed(sample_seed(seed, step, i))
-        rows.append(torch.randn(dim, generator=gen))
-    return torch.stack(rows)
+        row.normal_(generator=gen)
+    return out
 
 
 class Teacher:
@@ -109,7 +113,9 @@ def model_config(job: JobConfig) -> dict[str, int]:
 
 
 def parallelize(model: MLP, mesh, job: JobConfig) -> MLP:
-    """Tensor parallel over mesh["tp"] (when tp > 1), then FSDP2 over mesh["dp"]."""
+    """Tensor parallel over mesh["tp"] (when tp > 1), then FSDP2 over mesh["dp"], with bf16
+    parameters for compute when ``parallel.bf16_mode`` resolves to params (on a GPU by
+    default: :func:`._loop.mixed_precision_policy`)."""
     from torch.distributed.tensor.parallel import (
         ColwiseParallel,
         RowwiseParallel,
@@ -127,10 +133,13 @@ def parallelize(model: MLP, mesh, job: JobConfig) -> MLP:
             plan[f"blocks.{i}.up"] = ColwiseParallel()     # dim -> hidden/tp on each tp rank
             plan[f"blocks.{i}.down"] = RowwiseParallel()   # hidden/tp -> dim, all-reduced
         parallelize_module(model, mesh["tp"], plan)
-    reshard = job.parallel.reshard_after_forward
+    options = {"reshard_after_forward": job.parallel.reshard_after_forward}
+    policy = _loop.mixed_precision_policy(job, torch.device(mesh.device_type))
+    if policy is not None:   # bf16 parameters for compute, fp32 ones in the optimizer
+        options["mp_policy"] = policy
     for block in model.blocks:
-        fully_shard(block, mesh=mesh["dp"], reshard_after_forward=reshard)
-    fully_shard(model, mesh=mesh["dp"], reshard_after_forward=reshard)
+        fully_shard(block, mesh=mesh["dp"], **options)
+    fully_shard(model, mesh=mesh["dp"], **options)
     return model
 
 
@@ -156,9 +165,10 @@ def main() -> None:
     teacher = Teacher(t.seed, cfg["dim"])
 
     def batch(step: int, micro: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """On the CPU; the loop moves it to the device (on a GPU made ahead, on a thread)."""
         first = (micro * job.dp + dp_rank) * t.per_device_batch
         x = inputs(t.seed, step, range(first, first + t.per_device_batch), cfg["dim"])
-        return x.to(info.device), teacher(x).to(info.device)
+        return x, teacher(x)
 
     def loss(net: nn.Module, xy: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         x, y = xy
@@ -175,7 +185,8 @@ def main() -> None:
     _loop.say(info, f"model: {sum(p.numel() for p in model.parameters()):,} "
                     f"parameters, {flops:,.0f} FLOPs per sample (fwd+bwd), "
                     f"{_loop.precision_name(job, info.device)}")
-    work = _loop.Workload(model=model, optimizer=_loop.optimizer(model.parameters(), job),
+    work = _loop.Workload(model=model,
+                          optimizer=_loop.optimizer(model.parameters(), job, info.device),
                           batch=batch, loss=loss, line=line, model_config=cfg,
                           flops_per_sample=flops)
     _loop.train(job, info, work)

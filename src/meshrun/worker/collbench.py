@@ -95,29 +95,18 @@ def main(argv: list[str] | None = None) -> int:
 
     backend = os.environ.get("MESHRUN_BACKEND") or ("nccl" if torch.cuda.is_available()
                                                      else "gloo")
-    if backend == "nccl":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    dist.init_process_group(backend)
+    if backend == "nccl":   # every tensor a collective gets must be on this GPU
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+        dist.init_process_group(backend, device_id=device)   # barrier() on this GPU too
+    else:
+        device = torch.device("cpu")
+        dist.init_process_group(backend)
     rank, n = dist.get_rank(), dist.get_world_size()
-    device = torch.device("cuda") if backend == "nccl" else torch.device("cpu")
     results = []
     for size in sizes:
         for collective in ("all_reduce", "all_gather"):
-            elems = max(1, size // 4)
-            if collective == "all_reduce":
-                buf = torch.ones(elems, dtype=torch.float32, device=device)
-
-                def op() -> None:
-                    dist.all_reduce(buf)
-            else:
-                part = max(1, elems // n)
-                out = torch.empty(part * n, dtype=torch.float32, device=device)
-                inp = torch.ones(part, dtype=torch.float32, device=device)
-                # torch 2.13 renamed it (the old name warns on every rank); 2.11 has only that
-                gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-
-                def op() -> None:
-                    gather(out, inp)
+            op, nbytes = collective_op(dist, collective, size, n, device)
             for _ in range(args.warmup):
                 op()
             _sync(torch, device)
@@ -126,10 +115,8 @@ def main(argv: list[str] | None = None) -> int:
             for _ in range(args.iters):
                 op()
             _sync(torch, device)
-            took = torch.tensor([(time.perf_counter() - start) / args.iters])
-            dist.all_reduce(took, op=dist.ReduceOp.MAX)
-            seconds = float(took.item())
-            nbytes = elems * 4 if collective == "all_reduce" else part * n * 4
+            seconds = float(slowest(dist, (time.perf_counter() - start) / args.iters,
+                                    device).item())
             algbw = nbytes / seconds / 1e9
             results.append({"collective": collective, "size_bytes": nbytes,
                             "time_us": seconds * 1e6, "algbw_GBps": algbw,
@@ -150,6 +137,34 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench: results in {os.path.join(folder, 'bench.json')}", flush=True)
     dist.destroy_process_group()
     return 0
+
+
+def collective_op(dist, collective: str, size: int, n: int, device):
+    """``(op, bytes)``: one run of ``collective`` over a buffer of ``size`` bytes made on
+    ``device`` (NCCL takes only tensors on the GPU), and the bytes nccl-tests counts."""
+    import torch
+
+    elems = max(1, size // 4)
+    if collective == "all_reduce":
+        buf = torch.ones(elems, dtype=torch.float32, device=device)
+        return (lambda: dist.all_reduce(buf)), elems * 4
+    part = max(1, elems // n)
+    out = torch.empty(part * n, dtype=torch.float32, device=device)
+    inp = torch.ones(part, dtype=torch.float32, device=device)
+    # torch 2.13 renamed it (the old name warns on every rank); 2.11 has only that
+    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    return (lambda: gather(out, inp)), part * n * 4
+
+
+def slowest(dist, seconds: float, device):
+    """The slowest rank's ``seconds``: a one-element tensor all-reduced with MAX. It is made on
+    ``device``: NCCL has no CPU path (a CPU tensor on an NCCL group fails with "No backend type
+    associated with device type cpu")."""
+    import torch
+
+    took = torch.tensor([seconds], dtype=torch.float64, device=device)
+    dist.all_reduce(took, op=dist.ReduceOp.MAX)
+    return took
 
 
 def _sync(torch, device) -> None:
