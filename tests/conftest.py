@@ -87,3 +87,19 @@ def pytest_runtest_protocol(item, nextitem):
     with open(_CPU_LOG, "a") as out:
         out.write(json.dumps({"test": item.nodeid, "cpu_s": round(cpu() - started, 2),
                               "wall_s": round(time.monotonic() - wall, 2)}) + "\n")
+
+
+@pytest.hookimpl(trylast=True)  # after pytest-xdist's own hook has written the groups
+def pytest_collection_finish(session):
+    """Under ``--dist loadgroup`` every grouped test's id must carry its group (``...@slurm``):
+    that is how pytest-xdist keeps a group on one worker. When it does not (pytest 9.2's
+    structured node ids, pytest-dev/pytest-xdist#1386), two SLURM or quota tests would run at
+    once: stop the run with one line instead of letting them flake."""
+    if not session.config.getvalue("loadgroup") or "PYTEST_XDIST_WORKER" not in os.environ:
+        return
+    lost = [i.nodeid for i in session.items
+            if i.get_closest_marker("xdist_group") and "@" not in i.nodeid]
+    if lost:
+        pytest.exit(f"pytest-xdist's --dist loadgroup does not group tests here ({lost[0]} "
+                    "has no @group): pytest >= 9.2 breaks it (pytest-dev/pytest-xdist#1386); "
+                    "install pytest < 9.2 (pyproject's test extras pin it)", returncode=3)

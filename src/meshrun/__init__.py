@@ -6,7 +6,7 @@ worker-side helpers import it only when they run.
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "arrive", "init_distributed", "progress"]
+__all__ = ["__version__", "arrive", "destroy_process_group", "init_distributed", "progress"]
 
 
 def __getattr__(name: str):  # meshrun.init_distributed: imports meshrun.worker.dist on first use
@@ -18,6 +18,10 @@ def __getattr__(name: str):  # meshrun.init_distributed: imports meshrun.worker.
         from .worker.progress import progress
 
         return progress
+    if name == "destroy_process_group":  # leave the job with every rank (gloo's exit race)
+        from .worker.leave import destroy_process_group
+
+        return destroy_process_group
     if name == "arrive":  # meshrun.arrive(): the step's own work is done (stragglers)
         from .worker.progress import arrive
 

@@ -29,6 +29,7 @@ def test_simulate_bench_json(tmp_path):
     assert "busbw GB/s" in done.stderr                   # the table went to stderr
 
 
+@pytest.mark.timeout(480)  # its own bound is 400 s
 def test_gpu_recipe_benchmark_rehearsed_on_cpu(tmp_path):
     """bench/recipe_overhead.py --gpu's whole path (bf16 jobs, MFU of recipe and plain loop,
     the autoencoder's samples/s and MFU), on 2 CPU ranks against a stand-in peak."""

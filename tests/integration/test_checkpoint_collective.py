@@ -164,6 +164,7 @@ def _worker(scenario: str, tmp: Path) -> None:
     import torch.distributed as dist
     from torch.distributed.fsdp import fully_shard
 
+    import meshrun
     from meshrun.errors import MeshrunError
     from meshrun.worker import checkpoint as ckpt
 
@@ -249,15 +250,7 @@ def _worker(scenario: str, tmp: Path) -> None:
     (tmp / f"done-{rank}").write_text("")
     while not all((tmp / f"done-{r}").exists() for r in (0, 1)):
         time.sleep(0.1)
-    dist.barrier()  # both are out of every collective now: leave together
-    dist.destroy_process_group()
-    # and exit only once both have torn gloo down: a rank that exits (closing its sockets)
-    # while the other is still inside destroy_process_group can abort that one
-    # ("terminate called without an active exception", seen once in CI)
-    (tmp / f"gone-{rank}").write_text("")
-    deadline = time.monotonic() + 10
-    while not all((tmp / f"gone-{r}").exists() for r in (0, 1)) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    meshrun.destroy_process_group()  # with the other rank: no exit race (meshrun.worker.leave)
     # The scenario is over and reported. Leave without the interpreter's teardown: a C++
     # thread left by a save that failed half-way (prune_fails) still aborted rank 0 at
     # exit once after all of the above ("terminate called", rc -6), which says nothing

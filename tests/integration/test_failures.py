@@ -341,6 +341,7 @@ def test_hang_with_a_restart_left_restarts_every_node_and_the_job_finishes(tmp_p
 CKPT_KILL = str(SCRIPTS / "ckpt_kill.py")
 
 
+@pytest.mark.timeout(420)  # two runs of up to 180 s
 def test_kill_during_a_checkpoint_save_keeps_the_previous_one_and_the_rerun_resumes(tmp_path):
     """Rank 1 dies (SIGKILL) while step-3 is being written: step-3 stays without .metadata,
     step-2 stays the newest complete checkpoint and loads bit for bit in the rerun, which

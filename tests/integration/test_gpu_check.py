@@ -19,6 +19,7 @@ GPU_ONLY = ("mlp-ceiling", "node-check", "compute-events", "bench", "mlp-tp-torc
             "autoencoder", "simulate-shared-gpu", "simulate-hostid", "simulate-bench-hostid")
 
 
+@pytest.mark.timeout(480)  # its own bound is 400 s
 def test_without_a_gpu_the_dry_run_checks_what_it_can_and_exits_0(tmp_path):
     path = os.pathsep.join(d for d in os.environ["PATH"].split(os.pathsep)
                            if not os.path.exists(os.path.join(d, "nvidia-smi")))

@@ -15,7 +15,8 @@ import sys
 import pytest
 from helpers import clean_env, free_port, meshrun
 
-pytestmark = pytest.mark.slow
+# the module's fixture runs three simulated jobs (each up to 240 s) before its first test
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 MLP = ["--recipe", "mlp-tp", "--set", "train.steps=12", "--set", "train.log_every=1",
        "--set", "checkpoint.interval=4"]

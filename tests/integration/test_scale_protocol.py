@@ -14,6 +14,7 @@ pytestmark = pytest.mark.slow
 NODE_TIMEOUT = 6.0
 
 
+@pytest.mark.timeout(480)  # its own bound is 400 s
 def test_store_protocol_at_16_and_64_nodes(tmp_path):
     out = tmp_path / "scale.json"
     argv = [sys.executable, str(ROOT / "bench" / "scale_protocol.py"), "--nodes", "16,64",

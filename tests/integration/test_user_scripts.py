@@ -28,7 +28,8 @@ from pathlib import Path
 import pytest
 from helpers import clean_env, free_port
 
-pytestmark = pytest.mark.slow
+# each test: the torchrun anchor (up to 3 tries) and two meshrun launches, 150 s each at most
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 HERE = Path(__file__).resolve().parent / "user_scripts"
 REPORT = re.compile(r"REPORT (\{.*\})")
 
@@ -51,7 +52,7 @@ ANCHOR_EXIT_RACE = ("terminate called without an active exception",
 
 
 def launch(kind: str, script: list[str], where: Path, *, env: dict | None = None,
-           flags: tuple[str, ...] = (), timeout: float = 300) -> str:
+           flags: tuple[str, ...] = (), timeout: float = 150) -> str:
     """Run ``script`` on two nodes of one worker with launcher ``kind``; all its output.
     The torchrun anchor is run again (up to three times) when it failed only by its known
     exit race; meshrun's runs get one try."""

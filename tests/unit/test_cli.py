@@ -232,3 +232,35 @@ def test_plan_cli_process_does_not_import_torch(empty_bin):
                 if line.startswith("import time:")}
     assert "meshrun.plan" in imported  # the probe sees meshrun's own imports ...
     assert not {name for name in imported if name == "torch" or name.startswith("torch.")}
+
+
+EXIT_DESPITE_A_THREAD = """
+import sys, threading, time
+from meshrun import cli
+from meshrun.cli.parser import VERBS
+
+threading.Thread(target=time.sleep, args=(60,), name="TailLog_worker_0").start()  # non-daemon
+
+class Broken:
+    def run(ctx):
+        raise BrokenPipeError(32, "Broken pipe")  # the reader of this node's output is gone
+
+VERBS["plan"].run = Broken.run
+sys.exit(cli.main(["plan"]))
+"""
+
+
+def test_an_exception_ends_the_process_even_with_a_thread_left_running():
+    """simulate killed: its nodes' output pipe breaks as they stop, the exception reaches
+    main(), and torch's TailLog threads (not daemons) are still reading: the interpreter
+    would wait for them forever. The process must end at once, with the error."""
+    import subprocess
+    import sys
+    import time
+
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", EXIT_DESPITE_A_THREAD], capture_output=True,
+                          text=True, timeout=50)
+    assert time.monotonic() - started < 30          # not the thread's 60 s
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "BrokenPipeError" in done.stderr

@@ -29,6 +29,28 @@ __all__ = ["build_parser", "flags_from", "main", "split_command", "split_paths"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one verb; however it ends (its exit code, ``SystemExit``, an exception such as
+    ``BrokenPipeError`` when the reader of this node's output went away), the process exits
+    then, not when every thread left running agrees (:func:`_exit_if_stuck`)."""
+    try:
+        code = _main(argv)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        _exit_if_stuck(code)
+        raise
+    except BaseException:
+        try:
+            import traceback
+
+            traceback.print_exc()
+        except BaseException:  # noqa: BLE001, S110 - stderr itself may be the broken pipe
+            pass
+        _exit_if_stuck(1)
+        raise
+    return _exit_if_stuck(code)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     env = dict(os.environ)  # the one read of the environment; handed down from here
     try:
@@ -45,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         ctx = Context(args=args, words=words, module=module, env=env,
                       parser=verb_parser(parser, args.verb))
-        return _exit_if_stuck(VERBS[args.verb].run(ctx))
+        return VERBS[args.verb].run(ctx)
     except MeshrunError as err:
         print(err.line(), file=sys.stderr)
         return err.exit_code
@@ -71,7 +93,10 @@ def _exit_if_stuck(code: int) -> int:
     if any(t.is_alive() and t is not main_thread
            and (t.name in ("meshrun-store-calls", "meshrun-watchdog") or not t.daemon)
            for t in threading.enumerate()):
-        sys.stdout.flush()
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):  # the reader went away, or the stream is closed
+                pass
         os._exit(code)
     return code

@@ -112,7 +112,9 @@ def _tear_down() -> None:
     shutdown to collect; a gloo worker thread that then wants the GIL is ended mid-C++ and
     the process aborts (``terminate called without an active exception``, exit 134) after
     training succeeded. Seen under plain torchrun too (2 of 8 runs of an HF Trainer script
-    on CPU). Collecting first, then destroying the group, ends those threads in order. It
+    on CPU). Collecting first, then destroying the group with every rank
+    (:func:`meshrun.worker.leave.destroy_process_group`: nobody exits while another is still
+    tearing down, the race's other half), ends those threads in order. It
     runs as the last atexit handler: the script's threads are joined and its own handlers
     have run, the interpreter is still whole."""
     import gc
@@ -121,7 +123,9 @@ def _tear_down() -> None:
     dist = sys.modules.get("torch.distributed")
     try:
         if dist is not None and dist.is_available() and dist.is_initialized():
-            dist.destroy_process_group()
+            from .leave import destroy_process_group
+
+            destroy_process_group()  # with every rank: none exits while another tears down
     except Exception:  # noqa: BLE001, S110 - the run succeeded; its exit must not fail it
         pass
     gc.collect()

@@ -6,6 +6,8 @@ import os
 import torch
 import torch.distributed as dist
 
+import meshrun
+
 dist.init_process_group("gloo")
 attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
 if attempt == 0 and dist.get_rank() == 1:
@@ -14,4 +16,4 @@ value = torch.ones(1)
 dist.all_reduce(value)
 print("REPORT " + json.dumps({"rank": dist.get_rank(), "attempt": attempt,
                               "sum": int(value.item())}), flush=True)
-dist.destroy_process_group()
+meshrun.destroy_process_group()  # with every rank: no exit race

@@ -7,6 +7,8 @@ import socket
 import torch
 import torch.distributed as dist
 
+import meshrun
+
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
 value = torch.tensor([float(rank + 1)])
@@ -17,4 +19,4 @@ print("REPORT " + json.dumps({
     "meshrun_node_rank": int(os.environ.get("MESHRUN_NODE_RANK", "-1")), "host": socket.gethostname(),
     "omp": os.environ.get("OMP_NUM_THREADS"), "run_id": os.environ.get("MESHRUN_RUN_ID"),
 }), flush=True)
-dist.destroy_process_group()
+meshrun.destroy_process_group()  # with every rank: no exit race
