@@ -95,7 +95,7 @@ def pytest_collection_finish(session):
     that is how pytest-xdist keeps a group on one worker. When it does not (pytest 9.2's
     structured node ids, pytest-dev/pytest-xdist#1386), two SLURM or quota tests would run at
     once: stop the run with one line instead of letting them flake."""
-    if not session.config.getvalue("loadgroup") or "PYTEST_XDIST_WORKER" not in os.environ:
+    if not getattr(session.config.option, "loadgroup", False) or "PYTEST_XDIST_WORKER" not in os.environ:
         return
     lost = [i.nodeid for i in session.items
             if i.get_closest_marker("xdist_group") and "@" not in i.nodeid]

@@ -30,6 +30,8 @@ key                                written by               payload
 ``meshrun/round/<r>/...``          torch's agent            its own keys (ranks, exit)
 ``meshrun/nodecheck/<a>/...``      the node check's workers  in the *workers'* store:
                                                             ``host/<node>``, its group's
+``meshrun/leave/<a>/in``           every worker, leaving    counter, in the group's store
+``meshrun/leave/<a>/out``          every worker, left       counter, in the group's store
 =================================  =======================  ==========================
 
 ``<r>`` is the rendezvous round: 0 at the start, one more for each restart of the workers
@@ -111,6 +113,12 @@ def nodecheck_prefix(attempt: int | str) -> str:
     """The node check's own process group (:mod:`meshrun.worker.nodecheck`), in the
     workers' store of attempt ``attempt``: its keys never meet the script's."""
     return f"{PREFIX}nodecheck/{attempt}/"
+
+
+def leave_key(attempt: int | str, phase: str) -> str:
+    """:func:`meshrun.destroy_process_group`'s counters (``in`` before the teardown, ``out``
+    after it), in the default process group's own store, per attempt of the workers."""
+    return f"{PREFIX}leave/{attempt}/{phase}"
 
 
 def nodecheck_host_key(node: int) -> str:

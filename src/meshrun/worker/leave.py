@@ -11,8 +11,8 @@ ended in the middle of C++.
 
 So every rank, through the job's store (not the process group, which is being torn down):
 
-1. counts itself in (``meshrun/leave/<attempt>/in``) and waits until every rank has: all
-   are out of their collectives;
+1. counts itself in (``meshrun/leave/<attempt>/in``, :func:`meshrun.protocol.leave_key`)
+   and waits until every rank has: all are out of their collectives;
 2. destroys its process group;
 3. counts itself out (``.../out``) and waits until every rank has: nobody's sockets close
    while another rank is still tearing down.
@@ -31,7 +31,7 @@ from __future__ import annotations
 import os
 import time
 
-LEAVE_KEY = "meshrun/leave"
+from ..protocol import leave_key
 
 
 def destroy_process_group(timeout: float = 10.0) -> bool:
@@ -50,10 +50,10 @@ def destroy_process_group(timeout: float = 10.0) -> bool:
     deadline = time.monotonic() + timeout
     _bound(store, timeout)
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    key = f"{LEAVE_KEY}/{attempt}"
-    together = _meet(store, f"{key}/in", world, deadline)
+    together = _meet(store, leave_key(attempt, "in"), world, deadline)
     dist.destroy_process_group()
-    return _meet(store, f"{key}/out", world, deadline) and together
+    return _meet(store, leave_key(attempt, "out"), world, deadline, gone_means_done=True) \
+        and together
 
 
 def _default_store(dist):
@@ -75,16 +75,19 @@ def _bound(store, seconds: float) -> None:
         pass
 
 
-def _meet(store, key: str, world: int, deadline: float) -> bool:
+def _meet(store, key: str, world: int, deadline: float, gone_means_done: bool = False) -> bool:
     """Count this rank at ``key``; True once all ``world`` have, False at ``deadline`` or when
-    the store is gone."""
+    the store is gone (with ``gone_means_done``, a store gone after this rank counted itself
+    is True: its host, a rank that leaves only once it has seen every rank, has left)."""
+    counted = False
     try:
         if int(store.add(key, 1)) >= world:
             return True
+        counted = True
         while time.monotonic() < deadline:
             time.sleep(0.02)
             if int(store.add(key, 0)) >= world:
                 return True
-    except Exception:  # noqa: BLE001 - the store went (its host ended): nothing to wait for
-        return False
+    except Exception:  # noqa: BLE001 - the store went (its host ended)
+        return counted and gone_means_done
     return False
