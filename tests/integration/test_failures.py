@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import SCRIPTS, alive, clean_env, free_port, meshrun
+from helpers import SCRIPTS, Nodes, alive, clean_env, free_port, meshrun
 
 pytestmark = pytest.mark.slow
 LOOP = str(SCRIPTS / "loop.py")
@@ -23,16 +23,11 @@ HANG_ONCE = str(SCRIPTS / "hang_first_attempt.py")
 
 def _start(tmp_path: Path, *extra: str, env_extra: dict | None = None, nproc: int = 2,
            script: str = LOOP):
-    port = str(free_port())
-    env = clean_env(LOOP_DIR=str(tmp_path), **(env_extra or {}))
-    procs = []
-    for rank in (0, 1):
-        out = open(tmp_path / f"node{rank}.out", "w")
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "meshrun", "run", "--nnodes", "2", "--node-rank", str(rank),
-             "--master-addr", "127.0.0.1", "--master-port", port, "--run-id", "fail",
-             "--nproc-per-node", str(nproc), "--no-preflight", *extra, "--", script],
-            cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT))
+    """Two `meshrun run` nodes of job "fail" running ``script`` (meshrun.harness.Nodes);
+    returns them and every worker's pid (rank -> pid) once each has written its pid file."""
+    nodes = Nodes(tmp_path, ["--", script], nnodes=2, nproc=nproc, extra=extra, run_id="fail",
+                  env=clean_env(LOOP_DIR=str(tmp_path), **(env_extra or {}))).start()
+    procs = nodes.procs
     deadline = time.monotonic() + 90
     while len(list(tmp_path.glob("pid.*"))) < 2 * nproc:
         assert time.monotonic() < deadline, [p.poll() for p in procs]
