@@ -155,29 +155,59 @@ class NodeClaim:
 
 @dataclass(frozen=True)
 class Progress:
-    """A worker's last reported step and the wall-clock time it reported it; with the steps
-    it ended since its previous report (``steps``, 0 when unknown): their mean duration
-    ``step_s`` and, when the script marks its arrival at each step's synchronisation
-    (:func:`meshrun.arrive`), the mean time of its own work before that mark, ``busy_s``
-    (-1 when unknown). The straggler check (:mod:`meshrun.runtime.stragglers`) compares
-    ``busy_s`` between ranks: in synchronous training ``step_s`` is the same for all."""
+    """A worker's report: its position, the wall-clock time it reported, and its timings.
+
+    Position: ``step``, the last step the script reported (:func:`meshrun.progress`; -1 when
+    it reports none), and ``coll``, the collectives the rank has issued over all its process
+    groups (:mod:`meshrun.worker.observe`; -1 when not observed); ``active``, the seconds
+    its main thread was seen working on a CPU (gloo only; -1 when not observed). Any of the
+    three moving is progress (``moved``); the ranks whose ``position`` is behind the
+    others' are the ones the others wait for.
+
+    Timings since its previous report: the steps it ended (``steps``, 0 when unknown), their
+    mean duration ``step_s`` and, when the script marks its arrival at each step's
+    synchronisation (:func:`meshrun.arrive`), the mean time of its own work before that mark,
+    ``busy_s`` (-1 when unknown); and ``work``, the share of that time it spent working
+    rather than waiting for the others, as the worker shim observes it (-1 when unknown).
+    The straggler check (:mod:`meshrun.runtime.stragglers`) compares ``work`` between
+    ranks, else ``busy_s``: in synchronous training ``step_s`` is the same for all."""
 
     step: int
     at: float
     step_s: float = -1.0
     busy_s: float = -1.0
     steps: int = 0
+    coll: int = -1
+    work: float = -1.0
+    active: int = -1
+
+    @property
+    def position(self) -> tuple[int, int]:
+        """How far the rank got: (its step, its collectives)."""
+        return self.step, self.coll
+
+    @property
+    def moved(self) -> tuple[int, int, int]:
+        """What changes while the rank progresses: its position and its active seconds."""
+        return self.step, self.coll, self.active
 
     def encode(self) -> str:
-        if self.steps <= 0:
-            return f"{self.step} {self.at}"
-        return f"{self.step} {self.at} {self.step_s:.6f} {self.busy_s:.6f} {self.steps}"
+        if self.coll < 0 and self.work < 0 and self.active < 0:
+            if self.steps <= 0:
+                return f"{self.step} {self.at}"
+            return f"{self.step} {self.at} {self.step_s:.6f} {self.busy_s:.6f} {self.steps}"
+        return (f"{self.step} {self.at} {self.step_s:.6f} {self.busy_s:.6f} {self.steps} "
+                f"{self.coll} {self.work:.6f} {self.active}")
 
     @classmethod
     def decode(cls, raw: bytes | str) -> Progress:
         parts = text(raw).split()
         if not parts:
             raise ValueError("empty progress value")
+        if len(parts) >= 7:
+            return cls(int(parts[0]), float(parts[1]), float(parts[2]), float(parts[3]),
+                       int(parts[4]), int(parts[5]), float(parts[6]),
+                       int(parts[7]) if len(parts) >= 8 else -1)
         if len(parts) >= 5:
             return cls(int(parts[0]), float(parts[1]), float(parts[2]), float(parts[3]),
                        int(parts[4]))

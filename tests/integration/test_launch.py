@@ -113,9 +113,11 @@ def test_worker_failure_exit_code_and_first_error(tmp_path):
 
 def test_rerun_keeps_the_earlier_logs(tmp_path):
     for _ in range(2):
-        meshrun("run", "--run-id", "again", "--", REPORT, cwd=tmp_path, check_rc=0)
+        done = meshrun("run", "--run-id", "again", "--", REPORT, cwd=tmp_path, check_rc=0)
     names = sorted(p.name for p in (tmp_path / "logs" / "again").glob("node0*.log"))
     assert len(names) == 2 and "node0.log" in names
+    # one rank: the slow-node check has nobody to compare it with, and says so
+    assert "slow-node check: one rank, nobody to compare it with: off" in done.stderr
 
 
 def test_duplicate_node_rank_is_refused(tmp_path):

@@ -116,8 +116,10 @@ def test_a_node_throttled_mid_run_is_named_on_every_console_within_30_s(tmp_path
     assert codes == [0, 0], out0[-3000:] + out1[-3000:]
     line = next(ln for ln in out0.splitlines() if "is slow" in ln)
     assert line.startswith("meshrun: node 1 (") and line.endswith("; rank 1"), line
-    assert re.search(r"is slow: \d\.\d\dx the median compute time per step of the other "
-                     r"nodes for \d+ s; rank 1$", line), line
+    # straggle.py calls meshrun.arrive(), but the observer's share of time working is the
+    # figure compared (the compute time only with MESHRUN_OBSERVE=0)
+    assert re.search(r"is slow: \d\.\d\dx the median time working \(not waiting for the "
+                     r"others\) of the other nodes for \d+ s; rank 1$", line), line
     assert out1.count("is slow") == 1
     run = tmp_path / "logs" / "slow"
     events = [json.loads(x) for x in (run / "events.node1.jsonl").read_text().splitlines()]

@@ -160,8 +160,9 @@ def test_a_baseline_without_throughput_is_one_line(tmp_path):
 
 def test_per_node_step_times_and_slow_notices(tmp_path):
     """node_steps.json (node 0's straggler check) and its notices become a per-node table."""
-    from meshrun.runtime.stragglers import Stragglers
     from test_stragglers import _feed
+
+    from meshrun.runtime.stragglers import Stragglers
 
     path = run_dir(tmp_path, "a", world=4, nnodes=2, rates=[100.0, 100.0])
     tracker = Stragglers(nnodes=2, nproc=2, hosts={0: "host-a", 1: "host-b"}, window=5)
@@ -174,9 +175,16 @@ def test_per_node_step_times_and_slow_notices(tmp_path):
         [(0, "host-a", 0), (1, "host-b", 1)]
     text = render_text(report([path]))
     table = text.split("per node")[1].splitlines()
-    assert table[2].split()[:4] == ["0", "host-a", "150", "100"]    # step ms, compute ms
-    assert table[3].split()[:4] == ["1", "host-b", "300", "200"]
+    assert table[2].split()[:5] == ["0", "host-a", "150", "100", "-"]    # step, compute ms,
+    assert table[3].split()[:5] == ["1", "host-b", "300", "200", "-"]    # no share observed
     assert "node 1 (host-b) is slow: 2.00x the median compute time" in text
+    # the observer's shares, where it reported them
+    summary = tracker.summary()
+    for row, share in zip(summary["nodes"], (0.4, 0.8)):
+        row["work_share"] = share
+    Path(path, "node_steps.json").write_text(json.dumps(summary))
+    table = render_text(report([path])).split("per node")[1].splitlines()
+    assert table[1].split()[6] == "working" and table[3].split()[4] == "80%"
     # a run without the check has no table
     plain = run_dir(tmp_path, "b", world=4, nnodes=2, rates=[100.0])
     assert "per node" not in render_text(report([plain]))

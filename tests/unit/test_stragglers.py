@@ -128,7 +128,8 @@ def _bare_writer(mod):
 
     writer = object.__new__(mod._Writer)
     writer.ended_at = writer.arrived_at = None
-    writer.steps, writer.newest, writer.gpu_busy, writer.pending = [], None, [], deque()
+    writer.steps, writer.gpu_busy, writer.pending, writer.shares = [], [], deque(), []
+    writer.step = writer.coll = writer.active = -1
     writer.cuda = writer.end_event = writer.arrive_event = None
     writer.wake = type("W", (), {"set": lambda self: None})()
     return writer
@@ -144,10 +145,10 @@ def test_the_writer_reports_mean_step_and_compute_times(monkeypatch):
     for step in (2, 3, 4):              # arrive at 0.3, 1.4, 2.2; end at 1.0, 2.0, 3.0
         writer.arrive()
         writer.note(step)
-    report = writer._report((4, 99.0))
-    assert report.steps == 3 and report.step_s == pytest.approx(1.0)
+    report = writer._report()
+    assert report.step == 4 and report.steps == 3 and report.step_s == pytest.approx(1.0)
     assert report.busy_s == pytest.approx(0.3)
-    assert writer._report((4, 99.0)).steps == 0  # reported once
+    assert writer._report().steps == 0  # reported once
 
 
 @pytest.mark.parametrize("values", [[1.0], [1.0, 2.0], [3.0, 1.0, 2.0], [5, 1, 4, 2, 3, 3]])
@@ -241,5 +242,5 @@ def test_on_a_gpu_the_compute_time_is_the_devices_read_when_complete(monkeypatch
     assert writer.gpu_busy == []                   # nothing completed yet: nothing read
     device["done"] = 3.0
     writer.note(5)                                 # every pair completed by now
-    report = writer._report((5, 1.0))
+    report = writer._report()
     assert report.busy_s == pytest.approx((0.5 + 0.7 + 0.2) / 3)

@@ -452,3 +452,61 @@ def test_a_slow_node_is_named_on_every_node_once_and_summarised():
     assert events == {0: [], 1: []}
     rows = {row["node"]: row for row in summaries[-1]["nodes"]}
     assert rows[1]["compute_s"] == 0.2 and rows[0]["compute_s"] == 0.1
+
+
+def _coll(rank_colls: dict[int, int]) -> dict[int, bytes]:
+    from meshrun import protocol
+
+    return {r: protocol.Progress(-1, time.time(), coll=c, work=0.5).encode().encode()
+            for r, c in rank_colls.items()}
+
+
+def test_a_hang_in_a_script_that_reports_no_steps_is_judged_on_its_collectives():
+    """Two ranks of a script that calls nothing of meshrun's: only the observer's counts
+    come. Rank 1 stops issuing collectives, rank 0 waits in its next one: no count moves for
+    the hang timeout, and rank 1, behind, is named, with what the judgement rested on."""
+    from meshrun import protocol
+
+    clock = Clock()
+    master, dogs, events = _job(2, clock=clock)
+    for dog in dogs:
+        dog.hang_timeout = 4.0
+        dog.begin()
+    for beat in range(10):                       # both progress, then rank 1 stops at 20
+        for rank, value in _coll({0: 10 + 2 * beat, 1: min(20, 10 + 2 * beat)}).items():
+            master.set(protocol.progress_key(rank), value)
+        _beats(dogs, clock, 0.2)
+    for rank, value in _coll({0: 21, 1: 20}).items():   # rank 0 issued its next one, waits
+        master.set(protocol.progress_key(rank), value)
+    assert _beats(dogs, clock, 4.0) >= 4.0 and not events[0]   # not before the timeout
+    deadline = time.monotonic() + 10
+    while not events[0] and time.monotonic() < deadline:    # the probe answers (no workers)
+        _beats(dogs, clock, 0.2)
+        time.sleep(0.05)
+    assert events[0], "no hang"
+    line = events[0][0].line
+    assert "stuck: rank 1 on node 1 (h1)" in line and "rank 0" not in line, line
+    assert "no collective completed on any rank" in line, line
+    for dog in dogs[::-1]:
+        dog.stop("stopped")
+
+
+def test_no_hang_is_judged_once_some_nodes_workers_are_over():
+    """Node 1's workers finished (its goodbye says done): rank 0 alone, saving or uploading
+    with no collective for longer than the hang timeout, is the job ending, not a hang."""
+    from meshrun import protocol
+
+    clock = Clock()
+    master, dogs, events = _job(2, clock=clock)
+    for dog in dogs:
+        dog.hang_timeout = 2.0
+        dog.begin()
+    for rank, value in _coll({0: 30, 1: 30}).items():
+        master.set(protocol.progress_key(rank), value)
+    _beats(dogs, clock, 0.4)
+    dogs[1].stop("done")
+    for _ in range(100):             # 20 s of the clock, 5 s of real time for any probe
+        _beats(dogs[:1], clock, 0.2)
+        time.sleep(0.05)
+    assert events[0] == [], [e.line for e in events[0]]
+    dogs[0].stop("done")

@@ -400,6 +400,11 @@ def _worker_env(env: Mapping[str, str], visible: Sequence[str], gpu_mode: bool, 
         EnvVar("MESHRUN_BACKEND", backend, "process-group backend for meshrun.init_distributed"),
         EnvVar("MESHRUN_LOG_DIR", log_dir, "this run's log folder"),
     ]
+    if gpu_mode and "TORCH_NCCL_ENABLE_TIMING" not in env and \
+            env.get("MESHRUN_OBSERVE", "").strip().lower() == "timing":
+        out.append(EnvVar("TORCH_NCCL_ENABLE_TIMING", "1",
+                          "MESHRUN_OBSERVE=timing: NCCL times each collective, and meshrun's "
+                          "observer reads how long each rank waits in them (slow nodes)"))
     return out
 
 

@@ -176,8 +176,8 @@ def summarize(path: str) -> RunSummary:
 
 
 def _node_steps(path: str) -> list[dict[str, Any]]:
-    """Each node's mean step and compute time, as node 0's straggler check summed them
-    up (``node_steps.json``; none when the check was off)."""
+    """Each node's mean step and compute time and share of time working, as node 0's
+    straggler check summed them up (``node_steps.json``; none when the check was off)."""
     try:
         with open(os.path.join(path, "node_steps.json"), encoding="utf-8") as f:
             rows = json.load(f).get("nodes", [])
@@ -249,15 +249,17 @@ def _ms(value: Any) -> str:
 
 
 def _node_table(run: RunSummary) -> list[str]:
-    """Per node: mean step time, compute time (before the step's synchronisation), its
-    ratio to the other nodes' median, and how often it was named slow; then the notices."""
+    """Per node: mean step time, compute time (before the step's synchronisation), share of
+    time working (the observer's), the ratio of the figure the check compared to the other
+    nodes' median, and how often it was named slow; then the notices."""
     if not run.nodes:
         return []
-    rows = [("node", "host", "step ms", "compute ms", "x others", "named slow")]
+    rows = [("node", "host", "step ms", "compute ms", "working", "x others", "named slow")]
     for n in run.nodes:
-        ratio = n.get("ratio")
+        ratio, share = n.get("ratio"), n.get("work_share")
         rows.append((str(n["node"]), str(n.get("host", "?")), _ms(n.get("step_time_s")),
                      _ms(n.get("compute_s")),
+                     f"{share:.0%}" if isinstance(share, (int, float)) else "-",
                      f"{ratio:.2f}" if isinstance(ratio, (int, float)) else "-",
                      str(n.get("named_slow", 0))))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]

@@ -8,6 +8,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 
 class EventKind(str, Enum):
@@ -55,10 +56,17 @@ def peer_failed_line(node: int, host: str, me: int, *, store_closed: bool = Fals
             f"{me}'s workers; the cause is in node {node}'s output")
 
 
-def hang_line(stuck: Sequence[tuple[int, int, str]], seconds: float) -> str:
-    """``stuck``: (rank, node, host) of each stuck rank."""
+def hang_line(stuck: Sequence[tuple[int, int, str]], seconds: float,
+              collectives_only: bool = False) -> str:
+    """``stuck``: (rank, node, host) of each stuck rank. ``collectives_only``: no rank
+    reports steps (:func:`meshrun.progress`), so the judgement rests on the collectives the
+    worker shim observes; the line says what that means for a long phase without any."""
     who = ", ".join(f"rank {r} on node {n} ({h})" for r, n, h in stuck) or "no rank identified"
-    return f"meshrun: job hung: no progress for {seconds:.0f} s; stuck: {who}"
+    line = f"meshrun: job hung: no progress for {seconds:.0f} s; stuck: {who}"
+    if collectives_only:
+        line += (" (no collective completed on any rank; if a phase of the script has none"
+                 " for this long, raise --hang-timeout)")
+    return line
 
 
 @dataclass
@@ -95,11 +103,40 @@ def restart_verdict(restarts_left: Mapping[int, int], nnodes: int) -> bool:
     return all(restarts_left.get(node, 0) > 0 for node in range(nnodes))
 
 
-def stuck_ranks(progress: Mapping[int, int], stopped: Sequence[int] = (),
+PROBE_REASONS = ("stopped", "no stack dump", "not in a collective")  # strongest first
+
+
+def hang_suspects(positions: Mapping[int, Any], reasons: Mapping[int, str],
+                  silent: Sequence[int] = ()) -> list[int]:
+    """Pure: the ranks a hang verdict names.
+
+    ``positions``: rank -> how far it got (step, collectives issued); the ranks behind the
+    furthest are the ones the others wait for. When all are level, the probes' reasons
+    decide (``reasons``: rank -> why its node's probe flagged it), the strongest first: a
+    stopped process, then one that could not dump its stack, then one outside any
+    collective (a rank waiting for a stopped peer inside DDP's backward shows no collective
+    in its Python stack, so it must not be named beside the stopped one). Else the ranks
+    that never reported (``silent``)."""
+    if positions:
+        furthest = max(positions.values())
+        behind = sorted(r for r, at in positions.items() if at < furthest)
+        if behind:
+            return behind
+    for strongest in PROBE_REASONS:
+        flagged = sorted(r for r, why in reasons.items() if why == strongest)
+        if flagged:
+            return flagged
+    if reasons:
+        return sorted(reasons)
+    return stuck_ranks(positions, silent=silent)
+
+
+def stuck_ranks(progress: Mapping[int, Any], stopped: Sequence[int] = (),
                 silent: Sequence[int] = ()) -> list[int]:
     """Pure: the ranks to blame for a hang.
 
-    ``progress``: rank -> last reported step. Ranks behind the furthest are stuck;
+    ``progress``: rank -> its position (a step, or (step, collectives issued): anything
+    ordered). Ranks behind the furthest are stuck;
     if all are level, the ones whose process is stopped (``stopped``) or did not
     answer the stack dump (``silent``)."""
     if not progress:

@@ -1,19 +1,33 @@
 """Stragglers while the job runs: name the node whose ranks are slow. Pure (no store, no
 clock of its own): node 0's watchdog hands it every rank's progress value each beat.
 
-What it compares. Each worker's :func:`meshrun.progress` report carries the mean duration of
-the steps it ended since its previous report and, when the script marks its arrival at the
-step's synchronisation (:func:`meshrun.arrive`; the recipes do, before the backward that
-carries DDP's all-reduce), the mean time the rank worked before arriving: its **compute
-time** per step. In synchronous training every rank has the same step time, the slow one
-and the ones waiting for it alike; the compute time tells them apart (the slow rank is the
-last to arrive: it works longest). Without ``arrive()`` the step times are compared, which
-names a slow rank only when ranks do not wait for each other.
+What it compares. In synchronous training every rank's step takes as long as the slowest
+rank's: the slow one is the one the others wait for, so it is the rank that waits least.
+Three figures, the first a rank has:
+
+1. **time working** (any script, nothing to call): the share of its time the rank spent
+   working rather than waiting in collectives, as the worker shim observes it
+   (:mod:`meshrun.worker.observe`: the kernel's accounting of the main thread on gloo, NCCL's
+   completion-hook timings on GPUs). The waits inside a forward's own collectives (FSDP2's
+   and ZeRO-3's all-gathers, tensor parallelism's all-reduces) count as waiting, so it
+   holds for every layout.
+2. **compute time** per step, when the script reports steps (:func:`meshrun.progress`) and
+   marks its arrival at the step's synchronisation (:func:`meshrun.arrive`): the mean time
+   the rank worked before arriving. Exact for DDP-like steps; under FSDP2 or tensor
+   parallelism it includes the waits inside the forward (used only with observation off,
+   ``MESHRUN_OBSERVE=0``).
+3. **step time**, with ``progress()`` alone: names a slow rank only when ranks do not wait
+   for each other.
+
+The figures are compared like for like (a rank is judged against the ranks measured the
+same way). A job of one rank has nobody to compare with: the check says so once and
+judges nothing.
 
 The rule. A rank's figure is divided by the reference of its node: the median, over the
 *other* nodes, of each node's median figure (with two nodes, the other node; on one node,
 the median of the other ranks). A report is **slow** when that ratio is at least ``factor``
-(1.25 by default) and the figure at least ``_FLOOR_S`` above the reference. A rank is slow
+(1.25 by default) and the figure at least ``_FLOOR_S`` (``_FLOOR_SHARE`` for shares) above
+the reference. A rank is slow
 once it has reported without a break (no gap over ``_FRESH_S``, no restart) for ``window``
 seconds (30 by default) and at least half of its reports over the last ``window`` seconds
 were slow: the window's median ratio is at or above the factor, so the noise of single
@@ -45,6 +59,8 @@ _WARMUP_STEPS = 5     # steps each rank takes before its timings count
 _WARMUP_REPORTS = 2   # reports with timings each rank sends before its timings count
 _FRESH_S = 5.0        # a rank's figure counts in the references this long after it came
 _FLOOR_S = 0.0005     # slower by this much too: the jitter of sub-millisecond steps is no straggler
+_FLOOR_SHARE = 0.02   # a work share above the others' by this much too (2 % of the time)
+WORK = "time working"  # the measure of the worker shim's work shares (meshrun.worker.observe)
 
 
 def _median_without(ordered: list[float], value: float | None) -> float | None:
@@ -97,8 +113,10 @@ class Notice:
 def slow_line(node: int, host: str, ratio: float, seconds: float, ranks: tuple[int, ...],
               measure: str, *, one_node: bool = False) -> str:
     others = "the other ranks" if one_node else "the other nodes"
-    return (f"meshrun: node {node} ({host}) is slow: {ratio:.2f}x the median {measure} per "
-            f"step of {others} for {seconds:.0f} s; {rank_list(list(ranks))}")
+    what = (f"{measure} (not waiting for the others)" if measure == WORK
+            else f"{measure} per step")
+    return (f"meshrun: node {node} ({host}) is slow: {ratio:.2f}x the median {what} "
+            f"of {others} for {seconds:.0f} s; {rank_list(list(ranks))}")
 
 
 def recovered_line(node: int, host: str) -> str:
@@ -127,6 +145,8 @@ class _Totals:
     step_s: float = 0.0       # sum of step durations
     busy_steps: int = 0
     busy_s: float = 0.0
+    work_reports: int = 0     # reports with a work share (meshrun.worker.observe)
+    work: float = 0.0         # their sum
     named: int = 0            # times it was named slow
 
 
@@ -163,23 +183,33 @@ class Stragglers:
             p = protocol.Progress.decode(value)
         except ValueError:
             return False
-        if state.first_step < 0 or p.step < state.last_step:  # first report, or a restart
-            state.first_step, state.reports = p.step, 0
+        mark = p.step if p.step >= 0 else p.coll   # how far it got: steps, else collectives
+        if state.first_step < 0 or mark < state.last_step:  # first report, or a restart
+            state.first_step, state.reports = mark, 0
             self._break(state)
-        state.last_step = p.step
-        if p.steps <= 0 or p.step_s < 0:
+        state.last_step = mark
+        timed = p.steps > 0 and p.step_s >= 0
+        if not timed and p.work < 0:
             return False
         state.reports += 1
-        if state.reports <= _WARMUP_REPORTS or p.step < state.first_step + _WARMUP_STEPS:
+        if state.reports <= _WARMUP_REPORTS or mark < state.first_step + _WARMUP_STEPS:
             return False
         totals = self.totals.setdefault(self.node_of(rank), _Totals())
-        totals.steps += p.steps
-        totals.step_s += p.step_s * p.steps
-        if p.busy_s >= 0:
-            totals.busy_steps += p.steps
-            totals.busy_s += p.busy_s * p.steps
-        state.figure, state.measure = ((p.busy_s, "compute time") if p.busy_s >= 0
-                                       else (p.step_s, "step time"))
+        if timed:
+            totals.steps += p.steps
+            totals.step_s += p.step_s * p.steps
+            if p.busy_s >= 0:
+                totals.busy_steps += p.steps
+                totals.busy_s += p.busy_s * p.steps
+        if p.work >= 0:
+            totals.work_reports += 1
+            totals.work += p.work
+            state.figure, state.measure = p.work, WORK
+        elif state.measure == WORK:
+            return False  # a report between two of the observer's samples: its figure stands
+        else:
+            state.figure, state.measure = ((p.busy_s, "compute time") if p.busy_s >= 0
+                                           else (p.step_s, "step time"))
         if state.since is None or now - state.at > _FRESH_S:  # a gap: the run starts again
             self._break(state)
             state.since = now
@@ -220,7 +250,8 @@ class Stragglers:
             if ref is None or ref <= 0:
                 continue  # nothing to compare with yet
             ratio = state.figure / ref
-            slow = ratio >= self.factor and state.figure - ref >= _FLOOR_S
+            floor = _FLOOR_SHARE if state.measure == WORK else _FLOOR_S
+            slow = ratio >= self.factor and state.figure - ref >= floor
             state.recent.append((now, ratio, slow))
             state.slow_count += slow
             while state.recent and state.recent[0][0] < now - self.window:
@@ -284,8 +315,13 @@ class Stragglers:
             rows.append({"node": node, "host": self.hosts.get(node, "?"),
                          "step_time_s": t.step_s / t.steps if t.steps else None,
                          "compute_s": t.busy_s / t.busy_steps if t.busy_steps else None,
-                         "steps_reported": t.steps, "named_slow": t.named})
-        figures = [r["compute_s"] if r["compute_s"] is not None else r["step_time_s"]
+                         "work_share": t.work / t.work_reports if t.work_reports else None,
+                         "steps_reported": t.steps, "work_reports": t.work_reports,
+                         "named_slow": t.named})
+        # the figure the check compares: the work share where every node has one
+        use_work = rows and all(r["work_share"] is not None for r in rows)
+        figures = [r["work_share"] if use_work else
+                   r["compute_s"] if r["compute_s"] is not None else r["step_time_s"]
                    for r in rows]
         for i, (row, figure) in enumerate(zip(rows, figures)):  # as the check compares
             others = [f for j, f in enumerate(figures) if j != i and f]

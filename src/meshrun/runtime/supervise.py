@@ -121,6 +121,9 @@ def start_watchdog(job: JobStore, plan: LaunchPlan, supervision: Supervision,
 
         slow = Stragglers(plan.nnodes, plan.nproc_per_node, hosts,
                           factor=supervision.slow_factor, window=supervision.slow_window)
+        if plan.world_size == 1:  # say so rather than guess
+            print("meshrun: slow-node check: one rank, nobody to compare it with: off",
+                  file=sys.stderr, flush=True)
     events_path = os.path.join(plan.log_dir, f"events.node{plan.node_rank}.jsonl")
 
     files = FileWriter()  # off the watchdog's beat: a stalled log folder must not hold it

@@ -36,15 +36,12 @@ class Supervision:
 
     node_timeout: float = _option(15.0, "a node whose heartbeat is silent this long is lost",
                                   minimum_beats=2.0)
-    hang_timeout: float = _option(300.0, "no rank progressing this long is a hang (0 = off; "
-                                         "needs meshrun.progress(step) in the script, as "
-                                         "recipes do)")
-    slow_window: float = _option(30.0, "name a node whose ranks are slow this long (0 = off; "
-                                       "needs meshrun.progress, and meshrun.arrive to tell "
-                                       "the slow rank from the ones waiting for it, as "
-                                       "recipes do)")
-    slow_factor: float = _option(1.25, "slow: at least X times the other nodes' median "
-                                       "compute time per step", minimum=1.0, kind="factor")
+    hang_timeout: float = _option(300.0, "no rank progressing this long (no collective "
+                                         "completed, no step reported) is a hang (0 = off)")
+    slow_window: float = _option(30.0, "name a node whose ranks are slow this long (0 = off)")
+    slow_factor: float = _option(1.25, "slow: at least X times the other nodes' median time "
+                                       "working (not waiting for the others)", minimum=1.0,
+                                 kind="factor")
     beat: float = _option(1.0, "the watchdog's period (heartbeat, judgement); tests only",
                           minimum=0.05, hidden=True)
     # not options: after a local worker failure, a node silent this many beats is lost

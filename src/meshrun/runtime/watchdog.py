@@ -18,14 +18,19 @@ store stops answering (its host died or was cut off): every other node sees that
 A node's goodbye (``done``, ``failed``, ``stopped``: :class:`~meshrun.runtime.events.Goodbye`)
 rides in its last heartbeat; a ``failed`` one is the ``peer-failed`` event for the others.
 
-Hangs: node 0 reads the workers' progress (``meshrun/progress/<rank>``, written by
-:func:`meshrun.progress`) in one call a beat. Once any rank has reported progress, no rank
-advancing for ``hang_timeout`` seconds is a **hang**: node 0 sets ``probe`` in the watch;
+Hangs: node 0 reads the workers' progress (``meshrun/progress/<rank>``: the collectives
+each rank issued and its active seconds, from the worker shim's observer,
+:mod:`meshrun.worker.observe`, and its step where the script calls :func:`meshrun.progress`)
+in one call a beat. Once any rank has reported, no rank advancing (none of those moving)
+for ``hang_timeout`` seconds, while no node's workers are over yet, is a **hang**: node 0
+sets ``probe`` in the watch;
 every node dumps its workers' Python stacks (SIGUSR1 -> ``stacks/rank<R>.txt``) and reads
 their process state on a separate thread (the beats go on meanwhile) and answers with the
 suspicious ranks and the restarts its agent has left (``stuck/<g>/<node>``); node 0 names
-the stuck ranks (those behind the others; when all report the same step, the ones whose
-process is stopped or did not answer the stack dump) and puts its verdict in the watch,
+the stuck ranks (:func:`~meshrun.runtime.events.hang_suspects`: those behind the others
+by step, then by collectives; when all are level, the ones whose process is stopped, else
+that did not answer the stack dump, else that are outside any collective) and puts its
+verdict in the watch,
 with ``restart`` true when every node still has a restart left. Every node acts on that
 verdict: without restarts it records the event (:attr:`Watchdog.event`) and its
 ``on_event`` stops the job (SIGTERM to its own process, which torch's agent turns into an
@@ -65,16 +70,17 @@ from typing import Any
 
 from .. import protocol
 from .events import (
+    PROBE_REASONS,
     Event,
     EventKind,
     Goodbye,
     hang_line,
+    hang_suspects,
     in_collective,
     node_lost_line,
     peer_failed_line,
     process_state,
     restart_verdict,
-    stuck_ranks,
 )
 from .store import BoundedStore, CallTimeout, StoreConnect
 
@@ -90,6 +96,18 @@ _PROBE_WAIT_S = 6.5  # how long node 0 waits for every node's probe (a stack dum
 _DUMP_WAIT_S = 1.5   # at most this long for the probed workers' stack dumps
 _DUMP_POLL_S = 0.05
 _FIRST_CONNECT_S = 10.0  # a watchdog's first connection may take this long (a loaded host)
+
+
+def _position(value: str, moved: bool = False) -> tuple:
+    """A progress value's position: (step, collectives issued), compared across ranks (a
+    rank behind the others is the one they wait for); with ``moved``, its active seconds
+    too (what changes while it progresses: protocol.Progress.moved). An undecodable value
+    is nowhere."""
+    try:
+        p = protocol.Progress.decode(value)
+    except ValueError:
+        return (-1, -1, -1) if moved else (-1, -1)
+    return p.moved if moved else p.position
 
 
 def _never_beat(value: str) -> bool:
@@ -316,7 +334,10 @@ class Watchdog(threading.Thread):
         if not self._lost and (self.hang_timeout > 0 or self.slow is not None):
             values = self._progress_values(store) if self.slow is not None or \
                 self._hang is None else {}
-            if self.hang_timeout > 0:
+            # once some node's workers are over (this one's, or another said goodbye) the
+            # job is ending: what is left (rank 0 saving or uploading with no collective)
+            # is no hang
+            if self.hang_timeout > 0 and not self._ended and not self.goodbyes:
                 self._judge_hang(store, now, values)
             if self.slow is not None:
                 try:
@@ -474,9 +495,12 @@ class Watchdog(threading.Thread):
             if not any(values.values()):
                 return  # nobody reports progress (yet): hang detection is off
             for rank, value in values.items():
-                if value and (rank not in self._progress_seen
-                              or self._progress_seen[rank][0] != value):
-                    self._progress_seen[rank] = (value, now)
+                # progress is a moved position (a step, a collective issued, a second of
+                # work on a CPU), not a new report: a report also refreshes timings
+                where = _position(value, moved=True) if value else None
+                if where is not None and (rank not in self._progress_seen
+                                          or self._progress_seen[rank][0] != where):
+                    self._progress_seen[rank] = (where, now)
             last = max(at for _, at in self._progress_seen.values())
             if now - last >= self.hang_timeout:
                 self._hang = {"since": now, "stalled": now - last, "values": values,
@@ -493,16 +517,17 @@ class Watchdog(threading.Thread):
             if everyone else {n: protocol.Probe.decode(store.get(k))
                               for n, k in enumerate(keys) if store.check([k])}
         values = self._hang["values"]
-        flagged = sorted({r for found in probes.values() for r, _ in found.stuck})
-        steps = {r: protocol.Progress.decode(v).step for r, v in values.items() if v}
+        reasons = {r: why for found in probes.values() for r, why in found.stuck}
+        positions = {r: _position(v) for r, v in values.items() if v}
         silent = [r for r, v in values.items() if not v]
-        stuck = flagged or stuck_ranks(steps, silent=silent)
+        stuck = hang_suspects(positions, reasons, silent)
         nproc = max(1, self.world_size // self.nnodes)
         who = tuple((r, r // nproc, self.hosts.get(r // nproc, "?")) for r in stuck)
         restart = restart_verdict({n: p.restarts_left for n, p in probes.items()}, self.nnodes)
         stalled = self._hang["stalled"] + (now - self._hang["since"])
-        self._hang.update(verdict=protocol.HangVerdict(hang_line(list(who), stalled), who,
-                                                       restart), decided=now)
+        by_coll = all(at[0] < 0 for at in positions.values())  # no rank reports steps
+        self._hang.update(verdict=protocol.HangVerdict(hang_line(list(who), stalled, by_coll),
+                                                       who, restart), decided=now)
 
     def _act_on_hang(self, store: BoundedStore) -> Event | None:
         """Node 0, once its verdict is out: act when every node has read it (or after a few
@@ -574,16 +599,16 @@ class Watchdog(threading.Thread):
             path = os.path.join(folder, "stacks", f"rank{rank}.txt")
             state = process_state(pid)
             if state in ("T", "t"):
-                out.append((rank, "stopped"))
+                out.append((rank, PROBE_REASONS[0]))
                 continue
             if _size(path) <= sizes[rank]:
-                out.append((rank, "no stack dump"))
+                out.append((rank, PROBE_REASONS[1]))
                 continue
             with open(path, errors="replace") as handle:
                 handle.seek(sizes[rank])
                 dump = handle.read()
             if not in_collective(dump):
-                out.append((rank, "not in a collective"))
+                out.append((rank, PROBE_REASONS[2]))
         return protocol.Probe(tuple(out), left)
 
     def _await_dumps(self, pids: Mapping[int, int], sizes: Mapping[int, int],

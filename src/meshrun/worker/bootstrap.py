@@ -13,7 +13,8 @@ Two things happen first, neither importing torch:
    job hangs.
 
 With ``meshrun run --node-check`` the node check (:mod:`meshrun.worker.nodecheck`) runs
-next, on the first attempt. Then ``runpy`` runs the target as ``__main__`` with ``sys.argv`` and
+next, on the first attempt. Then the observer's thread starts
+(:mod:`meshrun.worker.observe`: the script's collectives, for the hang and slow-node checks). Then ``runpy`` runs the target as ``__main__`` with ``sys.argv`` and
 ``sys.path[0]`` as ``python SCRIPT`` / ``python -m MODULE`` would set them. When it
 succeeds, what it left is collected and its process group destroyed before the
 interpreter shuts down (see :func:`_tear_down`: otherwise a gloo thread can abort a
@@ -60,6 +61,17 @@ def _stacks_on_sigusr1() -> None:
 _KEEP: list = []
 
 
+def _observe() -> None:
+    """The script's collectives, observed from a thread of their own for the watchdog
+    (:mod:`meshrun.worker.observe`): progress and slowness for a script that calls nothing."""
+    if "MESHRUN_STORE" not in os.environ:
+        return
+    from .observe import start
+    from .progress import observed
+
+    start(observed)
+
+
 def main() -> None:
     if len(sys.argv) < 3 or sys.argv[1] not in ("--", "-m"):
         sys.exit("usage: python -m meshrun.worker.bootstrap (-- SCRIPT | -m MODULE) [ARGS...]")
@@ -69,6 +81,7 @@ def main() -> None:
         from .nodecheck import before_script
 
         before_script()
+    _observe()
     mode, target, args = sys.argv[1], sys.argv[2], sys.argv[3:]
     import atexit
 

@@ -38,6 +38,7 @@ from typing import Any
 from ..protocol import Progress, progress_key
 
 _PERIOD_S = 1.0      # at most one write a second
+_REFRESH_S = 5.0     # a report at least this often while figures come, position moving or not
 _TIMEOUT_S = 2.0     # every store call of the writer
 _RECONNECT_S = 5.0   # after a failure, the next connection attempt
 _MAX_SAMPLES = 4096  # step timings kept between two reports (the writer may be stuck)
@@ -47,7 +48,10 @@ class _Writer:
     def __init__(self, host: str, port: int, rank: str) -> None:
         self.host, self.port, self.key = host, port, progress_key(rank)
         self.addresses: tuple[str, ...] = (host,)  # resolved on the writer's thread
-        self.newest: tuple[int, float] | None = None
+        self.step = -1       # the script's newest step (meshrun.progress), -1: none
+        self.coll = -1       # collectives issued (meshrun.worker.observe), -1: not observed
+        self.active = -1     # active seconds on a CPU (meshrun.worker.observe), -1: none
+        self.shares: list[float] = []  # work shares observed since sent
         # the training thread's marks (monotonic): the end of the last step, the last arrival
         self.ended_at: float | None = None
         self.arrived_at: float | None = None
@@ -73,8 +77,15 @@ class _Writer:
         self.ended_at = now
         if self._device() is not None:
             self._gpu_note()
-        self.newest = (step, time.time())  # one assignment: the training thread never waits
+        self.step = step  # one assignment: the training thread never waits
         self.wake.set()
+
+    def observe(self, coll: int, share: float, active: int = -1) -> None:
+        """The observer's sample (its own thread): collectives issued, the work share of the
+        last interval (-1: none yet), active seconds (-1: not counted)."""
+        self.coll, self.active = coll, active
+        if share >= 0 and len(self.shares) < _MAX_SAMPLES:
+            self.shares.append(share)
 
     def arrive(self) -> None:
         self.arrived_at = time.monotonic()
@@ -110,30 +121,43 @@ class _Writer:
             if len(self.gpu_busy) < _MAX_SAMPLES:
                 self.gpu_busy.append(end.elapsed_time(arrival) / 1000.0)
 
-    def _report(self, newest: tuple[int, float]) -> Progress:
-        """The newest step and the means of the steps ended since the last report."""
-        steps, self.steps = self.steps, []  # a step noted meanwhile may be lost: harmless
+    def _report(self) -> Progress:
+        """The position now and the means of what came since the last report."""
+        steps, self.steps = self.steps, []  # a sample noted meanwhile may be lost: harmless
         gpu, self.gpu_busy = self.gpu_busy, []
+        shares, self.shares = self.shares, []
+        work = sum(shares) / len(shares) if shares else -1.0
         if not steps:
-            return Progress(*newest)
+            return Progress(self.step, time.time(), coll=self.coll, work=work,
+                            active=self.active)
         busy = gpu if self.cuda is not None else [b for _, b in steps if b >= 0]
-        return Progress(newest[0], newest[1], sum(d for d, _ in steps) / len(steps),
-                        sum(busy) / len(busy) if busy else -1.0, len(steps))
+        return Progress(self.step, time.time(), sum(d for d, _ in steps) / len(steps),
+                        sum(busy) / len(busy) if busy else -1.0, len(steps), self.coll, work,
+                        self.active)
+
+    def _due(self, sent: tuple[int, int, int] | None, sent_at: float, halting: bool) -> bool:
+        """A report now: the position moved since the last one, or timings wait and the
+        last is ``_REFRESH_S`` old (a long step still gets its figures to node 0)."""
+        position = (self.step, self.coll, self.active)
+        if position == (-1, -1, -1):
+            return False
+        if position != sent:
+            return True
+        return not halting and bool(self.shares or self.steps) and \
+            time.monotonic() - sent_at >= _REFRESH_S
 
     def _run(self) -> None:
         from ..sockets import resolve
 
         self.addresses = tuple(resolve(self.host)) or (self.host,)  # for close(), not here
         store: Any = None
-        retry_at = 0.0
-        sent: tuple[int, float] | None = None
+        retry_at = sent_at = 0.0
+        sent: tuple[int, int, int] | None = None
         while True:
             self.wake.wait(_PERIOD_S)
             self.wake.clear()
-            halting = self.halt.is_set()  # at exit: one last send of the newest step
-            newest = self.newest
-            if newest is not None and newest != sent and (halting or
-                                                          time.monotonic() >= retry_at):
+            halting = self.halt.is_set()  # at exit: one last send of the newest position
+            if self._due(sent, sent_at, halting) and (halting or time.monotonic() >= retry_at):
                 try:
                     if store is None:
                         from torch.distributed import TCPStore
@@ -141,9 +165,9 @@ class _Writer:
                         store = TCPStore(self.host, self.port, is_master=False,
                                          timeout=timedelta(seconds=_TIMEOUT_S),
                                          wait_for_workers=False)
-                    report = self._report(newest)
+                    report = self._report()
                     store.set(self.key, report.encode())
-                    sent = newest
+                    sent, sent_at = report.moved, time.monotonic()
                 except Exception:  # noqa: BLE001 - progress reports must never break training
                     store, retry_at = None, time.monotonic() + _RECONNECT_S
             if halting:
@@ -178,6 +202,13 @@ def arrive() -> None:
     writer = _writer()
     if writer is not None:
         writer.arrive()
+
+
+def observed(coll: int, share: float, active: int = -1) -> None:
+    """The worker shim's observer (:mod:`meshrun.worker.observe`) hands its samples here."""
+    writer = _writer()
+    if writer is not None:
+        writer.observe(coll, share, active)
 
 
 def _writer() -> _Writer | None:

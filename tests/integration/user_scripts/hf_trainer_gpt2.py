@@ -4,6 +4,9 @@ then a second Trainer resumes from that checkpoint and trains steps 5-8 again.
 
     python hf_trainer_gpt2.py OUTPUT_DIR      # under torchrun, meshrun run or meshrun simulate
 
+HF_STEPS (default 8): the full run's length, a checkpoint at its half (bench/observe.py runs
+it longer); HF_RESUME=0 skips the resumed run.
+
 It knows nothing of meshrun. Each rank prints one line ``REPORT {...}``: its rank, the world
 size the Trainer saw, the last loss of the full run and of the resumed run, and a checksum of
 the final weights of each (they must agree: resuming is exact).
@@ -55,8 +58,13 @@ def model(tok: PreTrainedTokenizerFast) -> GPT2LMHeadModel:
     return GPT2LMHeadModel(config)
 
 
+STEPS = int(os.environ.get("HF_STEPS", "8"))
+HALF = max(1, STEPS // 2)
+
+
 def args(output_dir: str) -> TrainingArguments:
-    return TrainingArguments(output_dir=output_dir, max_steps=8, save_steps=4, logging_steps=1,
+    return TrainingArguments(output_dir=output_dir, max_steps=STEPS, save_steps=HALF,
+                             logging_steps=1 if STEPS <= 100 else 50,
                              per_device_train_batch_size=4, learning_rate=3e-3, seed=0,
                              data_seed=0, use_cpu=True, ddp_backend="gloo", report_to=[],
                              dataloader_num_workers=0, save_strategy="steps",
@@ -77,13 +85,15 @@ collate = DataCollatorForLanguageModeling(tok, mlm=False)
 
 full = Trainer(model=model(tok), args=args(OUT), train_dataset=data, data_collator=collate)
 full.train()
+if os.environ.get("HF_RESUME", "1") == "0":
+    sys.exit(0)
 resumed = Trainer(model=model(tok), args=args(OUT + "-resumed"), train_dataset=data,
                   data_collator=collate)
-resumed.train(resume_from_checkpoint=os.path.join(OUT, "checkpoint-4"))
+resumed.train(resume_from_checkpoint=os.path.join(OUT, f"checkpoint-{HALF}"))
 
 print("REPORT " + json.dumps({
     "rank": full.args.process_index, "world_size": full.args.world_size,
     "local_rank": full.args.local_process_index,
     "loss": last_loss(full), "resumed_loss": last_loss(resumed),
     "weights": checksum(full.model), "resumed_weights": checksum(resumed.model),
-    "resumed_steps": resumed.state.global_step - 4}), flush=True)
+    "resumed_steps": resumed.state.global_step - HALF}), flush=True)

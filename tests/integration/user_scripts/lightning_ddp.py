@@ -2,12 +2,16 @@
 
     python lightning_ddp.py        # under torchrun --nnodes 2, meshrun run or meshrun simulate
 
+LIGHTNING_NODES (default 2) and LIGHTNING_STEPS (default 30), as a user might set them: the
+number of nodes and the training's length (bench/observe.py runs it longer, on 4 nodes).
+
 It knows nothing of meshrun: Lightning finds the ranks in the torch elastic variables. Each
 rank prints ``REPORT {...}``: the ranks and world size Lightning saw, the last loss and a
 checksum of the final weights.
 """
 
 import json
+import os
 
 import lightning as L
 import torch
@@ -40,7 +44,9 @@ def data() -> DataLoader:
 
 L.seed_everything(0, verbose=False)
 model = Regression()
-trainer = L.Trainer(accelerator="cpu", strategy="ddp", devices=1, num_nodes=2, max_steps=30,
+trainer = L.Trainer(accelerator="cpu", strategy="ddp", devices=1,
+                    num_nodes=int(os.environ.get("LIGHTNING_NODES", "2")),
+                    max_steps=int(os.environ.get("LIGHTNING_STEPS", "30")),
                     logger=False, enable_checkpointing=False, enable_progress_bar=False,
                     enable_model_summary=False, deterministic=True)
 trainer.fit(model, data())

@@ -1,0 +1,413 @@
+"""Slow nodes and hangs from the collectives alone (issue 19), on real layouts and users' scripts.
+
+    python bench/observe.py slow [--layouts plain,ddp-arrive,...] [--nodes 2,4]
+                                 [--factors 2,1.5] [--warm 20] [--seconds 75]
+    python bench/observe.py soak [--layouts ...] [--nodes 2] [--seconds 300]
+    python bench/observe.py hang [--layouts plain,hf-trainer] [--hang-timeout 20]
+    python bench/observe.py cost [--repeats 5] [--seconds 20]
+    ... [--json out.json]
+    python bench/observe.py --markdown out.json ...       # the tables of docs/benchmarks.md
+
+Root and the cgroup v1 cpu controller (``meshrun.harness.CpuQuota``): every simulated node's
+whole process tree (its `meshrun run` agent and its workers) runs in a cgroup of its own held
+to an equal CPU quota, all inside one group that outweighs the rest of the machine; the slow
+node's quota is cut by the factor, for real, while the job runs. Nothing in meshrun is
+switched: the scripts are run as users write them (the layouts below), and meshrun sees them
+only through the worker shim's observer (``meshrun.worker.observe``).
+
+Layouts (``LAYOUTS``): ``plain`` (tests/integration/scripts/plain_ddp.py: DDP, nothing of
+meshrun's), ``ddp-arrive`` (scripts/straggle.py: DDP calling meshrun.progress and
+meshrun.arrive), ``fsdp2`` (the mlp-tp recipe at tp 1: FSDP2 over every rank), ``tp-across``
+(mlp-tp, tp 2 with one process a node: every tensor-parallel all-reduce crosses nodes),
+``tp-within`` (mlp-tp, tp 2 with two processes a node), ``hf-trainer``, ``lightning``
+(tests/integration/user_scripts) and ``accelerate`` (examples/accelerate_train.py).
+
+* ``slow``: the job starts with like nodes; once every node's ranks have reported for
+  ``--warm`` seconds the last node's quota is cut by the factor. Reported: the true
+  slowdown (the job's collectives a second before the cut over after it, from rank 0's
+  reports), the ratio in the line that names the node, seconds from the cut to that line
+  (or not named within ``--seconds``), and false alarms (any line naming another node, or
+  any before the cut).
+* ``soak``: like nodes for ``--seconds`` (300: five minutes): any slow-node or hang line
+  is a false alarm.
+* ``hang``: rank 1 stopped for good (SIGSTOP to its worker) once the job runs, with
+  ``--hang-timeout``; seconds from the stop to the hang line, and whom it names.
+* ``cost``: the observer on and off (``MESHRUN_OBSERVE=0``), alternated, on two nodes of
+  plain_ddp.py with a step of a few ms: steps a second of each; and one observation's own
+  time (microseconds a second of training, a real gloo group).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from meshrun.harness import CpuQuota, Nodes, clean_env, tree
+from meshrun.harness import quota_available as available
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS = ROOT / "tests" / "integration" / "scripts"
+USERS = ROOT / "tests" / "integration" / "user_scripts"
+LONG = "1000000"   # steps: the job runs until the bench stops it
+SHARES = [65536]   # the job's weight against the rest of the machine (--shares)
+
+
+@dataclass
+class Layout:
+    command: list[str]
+    env: dict = field(default_factory=dict)
+    nproc: int = 1
+    extra: tuple = ()
+    nodes: tuple = (2, 4)   # the node counts it runs on
+
+
+def _recipe(*sets: str, nproc: int = 1) -> Layout:
+    flags = ["--recipe", "mlp-tp", "--set", f"train.steps={LONG}", "--set",
+             "checkpoint.interval=0", "--set", "train.log_every=1000"]
+    for s in sets:
+        flags += ["--set", s]
+    return Layout(flags, nproc=nproc)
+
+
+LAYOUTS = {
+    "plain": Layout(["--", str(SCRIPTS / "plain_ddp.py")], {"PLAIN_SECONDS": "100000"}),
+    "ddp-arrive": Layout(["--", str(SCRIPTS / "straggle.py")], {"STRAGGLE_SECONDS": "100000"}),
+    "fsdp2": _recipe("parallel.tp=1"),
+    "tp-across": _recipe("parallel.tp=2"),
+    "tp-within": _recipe("parallel.tp=2", nproc=2),
+    "hf-trainer": Layout(["--", str(USERS / "hf_trainer_gpt2.py"), "out"],
+                         {"HF_STEPS": LONG, "HF_RESUME": "0"}),
+    "lightning": Layout(["--", str(USERS / "lightning_ddp.py")], {"LIGHTNING_STEPS": LONG}),
+    "accelerate": Layout(["--", str(ROOT / "examples" / "accelerate_train.py"), "--steps",
+                          LONG], {"ACCELERATE_USE_CPU": "true"}),
+}
+
+
+def node_cpus(nnodes: int, nproc: int) -> float:
+    """Each node's quota: the host's cores shared by the nodes, a tenth kept for the rest,
+    at most one CPU a worker."""
+    return min(nproc * 1.0, 0.9 * (os.cpu_count() or 1) / nnodes)
+
+
+class Job:
+    """One layout's job on ``nnodes`` nodes, each node in a quota group of its own."""
+
+    def __init__(self, folder: Path, name: str, nnodes: int, extra=(), env=None) -> None:
+        layout = LAYOUTS[name]
+        self.folder, self.name, self.nnodes, self.layout = folder, name, nnodes, layout
+        self.cpus = node_cpus(nnodes, layout.nproc)
+        self.job = CpuQuota("obsjob", shares=SHARES[0])
+        self.groups = [CpuQuota(f"node{k}", cpus=self.cpus, parent=self.job)
+                       for k in range(nnodes)]
+        job_env = clean_env(LIGHTNING_NODES=str(nnodes), **layout.env, **(env or {}))
+        self.nodes = Nodes(folder, layout.command, nnodes=nnodes, nproc=layout.nproc,
+                           extra=(*layout.extra, *extra), env=job_env, run_id="obs",
+                           log_dir=folder / "logs",
+                           before_start=lambda k, proc: self.groups[k].add(proc.pid))
+        self.samples: list[tuple[float, int]] = []   # (monotonic, rank 0's collectives)
+
+    def __enter__(self) -> Job:
+        self.job.__enter__()
+        for g in self.groups:
+            g.__enter__()
+        self.nodes.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.nodes.kill()
+        for g in self.groups:
+            g.__exit__(None, None, None)
+        self.job.__exit__(None, None, None)
+
+    def out(self, k: int = 0) -> str:
+        try:
+            return (self.folder / f"node{k}.out").read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def steps(self) -> dict | None:
+        try:
+            return json.loads((self.folder / "logs" / "obs" / "node_steps.json").read_text())
+        except (OSError, ValueError):
+            return None
+
+    def reporting(self) -> bool:
+        """Every node's ranks have sent work shares (node 0's summary says so)."""
+        s = self.steps()
+        return bool(s) and len(s.get("nodes", [])) == self.nnodes and \
+            all((n.get("work_reports") or 0) >= 3 for n in s["nodes"])
+
+    def alive(self) -> bool:
+        return all(p.poll() is None for p in self.nodes.procs)
+
+    def watch_rank0(self, stop: threading.Event) -> threading.Thread:
+        """Rank 0's collectives, sampled twice a second from the job's store (the value its
+        worker reports), for the true slowdown."""
+        def run() -> None:
+            from datetime import timedelta
+
+            from torch.distributed import TCPStore
+
+            from meshrun import protocol
+            store = None
+            while not stop.is_set():
+                try:
+                    if store is None:
+                        store = TCPStore("127.0.0.1", self.nodes.port, is_master=False,
+                                         timeout=timedelta(seconds=2), wait_for_workers=False)
+                    if store.check([protocol.progress_key(0)]):
+                        p = protocol.Progress.decode(store.get(protocol.progress_key(0)))
+                        if p.coll >= 0:
+                            self.samples.append((time.monotonic(), p.coll))
+                except Exception:  # noqa: BLE001 - the store not up yet, or gone
+                    store = None
+                stop.wait(0.5)
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        return thread
+
+    def rate(self, start: float, end: float) -> float | None:
+        """Rank 0's collectives a second between ``start`` and ``end`` (monotonic)."""
+        inside = [(t, c) for t, c in self.samples if start <= t <= end]
+        if len(inside) < 2 or inside[-1][0] - inside[0][0] < 3:
+            return None
+        return (inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0])
+
+
+def _lines(text: str, what: str) -> list[str]:
+    return [ln for ln in text.splitlines() if what in ln and ln.startswith("meshrun: ")]
+
+
+def _wait(job: Job, until, seconds: float) -> float | None:
+    started = time.monotonic()
+    while time.monotonic() - started < seconds:
+        if until():
+            return time.monotonic() - started
+        if not job.alive():
+            return None
+        time.sleep(0.25)
+    return None
+
+
+def slow(name: str, nnodes: int, factor: float, warm: float, seconds: float) -> dict:
+    with tempfile.TemporaryDirectory() as tmp, Job(Path(tmp), name, nnodes) as job:
+        ready = _wait(job, job.reporting, 240)
+        row = {"layout": name, "nodes": nnodes, "nproc": job.layout.nproc, "factor": factor,
+               "node_cpus": round(job.cpus, 2)}
+        if ready is None:
+            return {**row, "error": "never reported", "tail": job.out()[-1500:]}
+        stop = threading.Event()
+        job.watch_rank0(stop)   # once the store is up (the nodes report through it)
+        time.sleep(warm)
+        early = _lines(job.out(), " is slow")
+        cut = time.monotonic()
+        job.groups[-1].set(job.cpus / factor)
+        slow_node = nnodes - 1
+        took = _wait(job, lambda: any(ln.startswith(f"meshrun: node {slow_node} (")
+                                      for ln in _lines(job.out(), " is slow")), seconds)
+        time.sleep(3)
+        stop.set()
+        after_end = cut + (took if took is not None else seconds)
+        before, after = job.rate(cut - warm, cut), job.rate(cut + 5, after_end)
+        lines = _lines(job.out(), " is slow")
+        named = [ln for ln in lines if ln.startswith(f"meshrun: node {slow_node} (")]
+        ratio = re.search(r"is slow: ([\d.]+)x", named[0]) if named else None
+        summary = job.steps() or {}
+        shares = {n["node"]: n.get("work_share") for n in summary.get("nodes", [])}
+        return {**row, "true_slowdown": round(before / after, 2) if before and after else None,
+                "line_ratio": float(ratio[1]) if ratio else None,
+                "named_after_s": round(took, 1) if took is not None else None,
+                "false_alarms": len(lines) - len(named) + len(early),
+                "line": named[0] if named else (lines[0] if lines else ""),
+                "work_shares": shares, "hangs": len(_lines(job.out(), "job hung"))}
+
+
+def soak(name: str, nnodes: int, seconds: float) -> dict:
+    with tempfile.TemporaryDirectory() as tmp, Job(Path(tmp), name, nnodes) as job:
+        ready = _wait(job, job.reporting, 240)
+        row = {"layout": name, "nodes": nnodes, "nproc": job.layout.nproc,
+               "node_cpus": round(job.cpus, 2)}
+        if ready is None:
+            return {**row, "error": "never reported", "tail": job.out()[-1500:]}
+        _wait(job, lambda: False, seconds)
+        outs = "\n".join(job.out(k) for k in range(nnodes))
+        alarms = _lines(outs, " is slow") + _lines(outs, "job hung")
+        summary = job.steps() or {}
+        return {**row, "seconds": seconds, "alive": job.alive(), "false_alarms": len(alarms),
+                "alarms": alarms[:4],
+                "ratios": {n["node"]: n.get("ratio") for n in summary.get("nodes", [])}}
+
+
+def _worker_of(job: Job, node: int) -> int | None:
+    """The pid of node ``node``'s (first) worker: the agent's descendant running Python's
+    worker shim."""
+    for pid in tree(job.nodes.procs[node].pid):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"meshrun.worker.bootstrap" in cmd:
+            return pid
+    return None
+
+
+def hang(name: str, hang_timeout: float, nnodes: int = 2) -> dict:
+    with tempfile.TemporaryDirectory() as tmp, \
+            Job(Path(tmp), name, nnodes, extra=("--hang-timeout", str(hang_timeout))) as job:
+        ready = _wait(job, job.reporting, 240)
+        row = {"layout": name, "nodes": nnodes, "hang_timeout": hang_timeout}
+        if ready is None:
+            return {**row, "error": "never reported", "tail": job.out()[-1500:]}
+        time.sleep(5)
+        pid = _worker_of(job, 1)
+        os.kill(pid, signal.SIGSTOP)
+        took = _wait(job, lambda: bool(_lines(job.out(), "job hung")), hang_timeout + 60)
+        line = (_lines(job.out(), "job hung") or [""])[0]
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except OSError:
+            pass
+        return {**row, "named_after_s": round(took, 1) if took is not None else None,
+                "names_rank_1": "stuck: rank 1 on node 1 " in line, "line": line}
+
+
+COST = """
+import sys, time, torch, torch.distributed as dist
+from meshrun.worker.observe import Observer
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:" + sys.argv[1], rank=0,
+                        world_size=1)
+observer, n = Observer(), 2000
+observer.sample(dist)
+t = time.perf_counter()
+for _ in range(n):
+    observer.sample(dist)
+print(f"{(time.perf_counter() - t) / n * 1e6:.2f}")
+dist.destroy_process_group()
+"""
+
+
+def cost(repeats: int, seconds: float) -> dict:
+    from meshrun.harness import free_port
+
+    sample_us = [float(subprocess.run([sys.executable, "-c", COST, str(free_port())],
+                                      capture_output=True, text=True, env=clean_env(),
+                                      check=True).stdout) for _ in range(3)]
+    runs = []
+    for repeat in range(repeats):
+        for label, env in (("on", {}), ("off", {"MESHRUN_OBSERVE": "0"})):
+            with tempfile.TemporaryDirectory() as tmp:
+                folder = Path(tmp)
+                nodes = Nodes(folder, ["--", str(SCRIPTS / "plain_ddp.py")], nnodes=2,
+                              env=clean_env(PLAIN_SECONDS=str(seconds), PLAIN_WIDTH="128",
+                                            PLAIN_REPEATS="2", **env),
+                              run_id="cost", log_dir=folder / "logs").start()
+                for p in nodes.procs:
+                    p.wait(timeout=seconds + 120)
+                m = re.search(r"plain: (\d+) steps in ([\d.]+) s", nodes.out(0).read_text())
+                runs.append({"observer": label, "repeat": repeat,
+                             "steps_per_s": round(int(m[1]) / float(m[2]), 1) if m else None,
+                             "ms_per_step": round(1000 * float(m[2]) / int(m[1]), 3)
+                             if m else None})
+                print(json.dumps(runs[-1]), flush=True)
+    med = {label: statistics.median(r["steps_per_s"] for r in runs
+                                    if r["observer"] == label and r["steps_per_s"])
+           for label in ("on", "off")}
+    return {"sample_us": sample_us, "runs": runs, "median_steps_per_s": med,
+            "overhead_pct": round(100 * (med["off"] - med["on"]) / med["off"], 2)}
+
+
+def markdown(paths: list[str]) -> str:
+    """The rows of the JSON files ``paths`` (from ``--json``) as docs/benchmarks.md's tables."""
+    rows = [r for p in paths for r in json.loads(Path(p).read_text())]
+    out = []
+    slow = [r for r in rows if "factor" in r]
+    if slow:
+        out += ["| layout | nodes x procs | quota cut | true slowdown | ratio in the line | "
+                "named after the cut | false alarms |", "|---|---|---|---|---|---|---|"]
+        for r in slow:
+            named = f"{r['named_after_s']} s" if r.get("named_after_s") is not None else \
+                "not named" + (f" ({r['error']})" if r.get("error") else "")
+            ratio = f"{r['line_ratio']:.2f}x" if r.get("line_ratio") else "-"
+            true = f"{r['true_slowdown']:.2f}x" if r.get("true_slowdown") else "-"
+            out.append(f"| {r['layout']} | {r['nodes']} x {r['nproc']} | {r['factor']:g}x | "
+                       f"{true} | {ratio} | {named} | {r.get('false_alarms', '-')} |")
+    soak = [r for r in rows if "seconds" in r and "factor" not in r]
+    if soak:
+        out += ["", "| layout | nodes x procs | seconds | false alarms | still running |",
+                "|---|---|---|---|---|"]
+        out += [f"| {r['layout']} | {r['nodes']} x {r['nproc']} | {r['seconds']:g} | "
+                f"{r['false_alarms']} | {r['alive']} |" for r in soak]
+    hangs = [r for r in rows if "hang_timeout" in r]
+    if hangs:
+        out += ["", "| layout | nodes | --hang-timeout | named after the SIGSTOP | line |",
+                "|---|---|---|---|---|"]
+        out += [f"| {r['layout']} | {r['nodes']} | {r['hang_timeout']:g} s | "
+                f"{r.get('named_after_s')} s | `{r.get('line', '')}` |" for r in hangs]
+    return "\n".join(out)
+
+
+def main() -> int:
+    if len(sys.argv) > 2 and sys.argv[1] == "--markdown":
+        print(markdown(sys.argv[2:]))
+        return 0
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("part", choices=("slow", "soak", "hang", "cost"))
+    parser.add_argument("--layouts", default=",".join(LAYOUTS))
+    parser.add_argument("--nodes", default="2,4")
+    parser.add_argument("--factors", default="2,1.5")
+    parser.add_argument("--warm", type=float, default=20)
+    parser.add_argument("--seconds", type=float, default=None)
+    parser.add_argument("--hang-timeout", type=float, default=20)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--shares", type=int, default=65536,
+                        help="the job's cpu.shares (2: only what the machine leaves idle)")
+    parser.add_argument("--json", metavar="PATH")
+    a = parser.parse_args()
+    SHARES[0] = a.shares
+    why = available()
+    if why and a.part != "cost":
+        sys.exit(f"bench/observe.py: {why}")
+    names = a.layouts.split(",")
+    for name in names:
+        if name not in LAYOUTS:
+            sys.exit(f"bench/observe.py: no layout {name!r}; the layouts: {', '.join(LAYOUTS)}")
+    counts = [int(n) for n in a.nodes.split(",")]
+    rows: list[dict] = []
+
+    def keep(row: dict) -> None:
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        if a.json:
+            Path(a.json).write_text(json.dumps(rows, indent=2))
+
+    if a.part == "cost":
+        keep(cost(a.repeats, a.seconds or 20))
+        return 0
+    for name in names:
+        for n in counts:
+            if n not in LAYOUTS[name].nodes:
+                continue
+            if a.part == "slow":
+                for factor in (float(f) for f in a.factors.split(",")):
+                    keep(slow(name, n, factor, a.warm, a.seconds or 75))
+            elif a.part == "soak":
+                keep(soak(name, n, a.seconds or 300))
+            else:
+                keep(hang(name, a.hang_timeout, n))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

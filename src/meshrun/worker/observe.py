@@ -1,0 +1,197 @@
+"""What every worker's collectives say, for a script that calls nothing of meshrun's.
+
+The worker shim (:mod:`meshrun.worker.bootstrap`) starts one daemon thread, ``meshrun-observe``,
+before the script. Once a second, when the script's process group exists, it reads two
+figures and hands them to the progress writer (:mod:`meshrun.worker.progress`), which sends
+them to the job's store with the rank's next report:
+
+- **collectives**: how many collectives this rank has issued, over every process group of the
+  process (torch's per-group sequence numbers, the same counter its flight recorder and
+  NCCL's watchdog use; DDP's and FSDP's own collectives, issued from C++, count too). A rank
+  issues collective k + 1 only once its collective k has returned (or been queued behind
+  it), so a count that moves is a rank whose collectives complete: progress, for the hang
+  check, without ``meshrun.progress()``. No count moves anywhere: the job is stuck, and the
+  rank whose count is behind the others' is the one they wait for.
+- **work share**: the part of the last interval the rank spent working rather than waiting
+  for the others, the figure the slow-node check compares between nodes (in synchronous
+  training every rank's step takes as long as the slowest rank's; the slowest is the one
+  that waits least).
+
+  - On a CPU (gloo): the kernel's own accounting of the script's main thread,
+    ``/proc/self/schedstat``: time on a CPU plus time runnable but waiting for one (a CPU
+    quota's throttling counts there), over wall time. A rank blocked in a collective
+    (waiting for the others' bytes) sleeps, and counts as not working. The main thread
+    does the compute (torch's intra-op threads work beside it and it shares their work);
+    gloo's own threads, which move the bytes, are left out.
+  - On NCCL, only with ``MESHRUN_OBSERVE=timing``: the time the rank's collectives took on
+    the device, from NCCL's completion hooks (``active_duration``, CUDA events around each
+    collective: it includes the wait for the slowest peer; torch needs
+    ``TORCH_NCCL_ENABLE_TIMING=1``, which the plan then sets), over wall time: work share =
+    1 - that share. Not by default: on an H100, 3-ms steps of 4 collectives each ran 2.2 %
+    slower with NCCL's timing events and 4.9 % with the hook too (a Python call per
+    collective: the training thread hands over the GIL each time;
+    ``bench/gpu_observe.py``). By default a process with an NCCL group reports no share
+    (its CPU says nothing: a rank waiting for the device spins on it).
+
+- **active seconds** (CPU only): the seconds in which the main thread worked at least half
+  the time (the work share above, >= 0.5). A rank computing on its own outside any
+  collective (rank 0 preparing a dataset while the others wait in a barrier) is not a hang:
+  its count moves. Never on NCCL: a rank waiting for a stuck collective spins on its CPU in
+  the device's synchronisation, so its CPU says nothing there. A rank that computes without
+  end (a loop that never reaches its next collective) is therefore not a hang on gloo;
+  ``meshrun.progress()`` tells that one.
+
+The cost on a CPU: one wake-up a second, a file read and one call per process group; nothing on the
+training thread. ``MESHRUN_OBSERVE=0`` turns it off (then only ``meshrun.progress()`` and
+``meshrun.arrive()`` give progress and timings).
+
+torch is never imported here: the thread looks for ``torch.distributed`` in ``sys.modules``
+(the script imported it) and does nothing until the script's process group exists.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+PERIOD_S = 1.0
+ACTIVE_SHARE = 0.5   # a second with this work share (CPU) or more is an active one
+
+
+def schedstat(path: str = "/proc/self/schedstat") -> tuple[float, float] | None:
+    """(seconds on a CPU, seconds runnable and waiting for one) of the thread ``path`` names
+    (``/proc/self/schedstat``: this process's main thread); None where the kernel has none."""
+    try:
+        with open(path) as handle:
+            fields = handle.read().split()
+        return int(fields[0]) / 1e9, int(fields[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def groups(dist: Any) -> list[Any]:
+    """Every process group of this process (the default one and the script's subgroups,
+    DeviceMesh's included)."""
+    try:
+        return list(dist.distributed_c10d._world.pg_map.keys())
+    except Exception:  # noqa: BLE001 - a private API: the default group alone then
+        try:
+            return [dist.distributed_c10d._get_default_group()]
+        except Exception:  # noqa: BLE001
+            return []
+
+
+def collectives(pgs: list[Any]) -> int:
+    """Collectives issued over ``pgs``, by torch's per-group sequence numbers."""
+    total = 0
+    for pg in pgs:
+        try:
+            total += int(pg._get_sequence_number_for_group())
+        except Exception:  # noqa: BLE001, S112 - a group without one (not yet connected)
+            continue
+    return total
+
+
+class Observer:
+    """The figures of one interval (see the module). ``dist`` is ``torch.distributed`` once
+    the script imported it; ``clock`` and ``stat`` are the wall clock and the main thread's
+    schedstat (tests give their own)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic,
+                 stat: Callable[[], tuple[float, float] | None] = schedstat,
+                 timing: bool = False) -> None:
+        self.clock, self.stat, self.timing = clock, stat, timing
+        self.last: tuple[float, float, float] | None = None   # (wall, cpu-side busy, coll time)
+        self.coll_time = 0.0          # NCCL: seconds in collectives, from the hooks
+        self._hooked: set[int] = set()
+        self._nccl = False            # some group of this process is NCCL
+        self._timed = False           # ... and its collectives are timed (hooked)
+        self.active = 0               # active seconds (CPU only; see the module)
+        self._lock = threading.Lock()
+
+    def sample(self, dist: Any) -> tuple[int, float, int] | None:
+        """(collectives issued, work share since the last sample (-1 for the first, and on
+        NCCL without timing), active seconds so far (-1 on NCCL)), or None while there is
+        no process group."""
+        try:
+            if not (dist.is_available() and dist.is_initialized()):
+                return None
+        except Exception:  # noqa: BLE001 - torch half torn down (exit)
+            return None
+        pgs = groups(dist)
+        nccl = self._hook(dist, pgs)
+        now = self.clock()
+        cpu = self.stat()
+        busy = sum(cpu) if cpu is not None else -1.0
+        with self._lock:
+            coll_time = self.coll_time
+        last, self.last = self.last, (now, busy, coll_time)
+        share = -1.0
+        if last is not None and now > last[0]:
+            wall = now - last[0]
+            if nccl:
+                if self._timed:
+                    share = max(0.0, 1.0 - (coll_time - last[2]) / wall)
+            elif busy >= 0 and last[1] >= 0:
+                share = max(0.0, (busy - last[1]) / wall)
+                if share >= ACTIVE_SHARE:
+                    self.active += max(1, round(wall))
+        return collectives(pgs), share, -1 if nccl else self.active
+
+    def _hook(self, dist: Any, pgs: list[Any]) -> bool:
+        """Note the NCCL groups not seen yet, and with ``timing`` register the completion
+        hook on each; whether any group is NCCL."""
+        for pg in pgs:
+            if id(pg) in self._hooked:
+                continue
+            self._hooked.add(id(pg))
+            try:
+                if dist.get_backend(pg) != "nccl":
+                    continue
+                self._nccl = True
+                if self.timing:
+                    pg._register_on_completion_hook(self._on_completion)
+                    self._timed = True
+            except Exception:  # noqa: BLE001, S112 - no timing (torch refused): counts only
+                continue
+        return self._nccl
+
+    def _on_completion(self, info: Any) -> None:
+        """NCCL's watchdog thread, once per completed collective."""
+        try:
+            seconds = info.active_duration.total_seconds()
+        except Exception:  # noqa: BLE001 - no timing for this one
+            return
+        if seconds > 0:
+            with self._lock:
+                self.coll_time += seconds
+
+
+def start(report: Callable[[int, float, int], None]) -> threading.Thread | None:
+    """The ``meshrun-observe`` thread: a sample a second, handed to ``report``. Off with
+    ``MESHRUN_OBSERVE=0``; NCCL's collectives timed with ``MESHRUN_OBSERVE=timing``."""
+    mode = os.environ.get("MESHRUN_OBSERVE", "1").strip().lower()
+    if mode == "0":
+        return None
+    observer = Observer(timing=mode == "timing")
+
+    def run() -> None:
+        while True:
+            time.sleep(PERIOD_S)
+            dist = sys.modules.get("torch.distributed")
+            if dist is None:
+                continue
+            try:
+                sample = observer.sample(dist)
+            except Exception:  # noqa: BLE001, S112 - an observation must never fail the script
+                continue
+            if sample is not None:
+                report(*sample)
+
+    thread = threading.Thread(target=run, name="meshrun-observe", daemon=True)
+    thread.start()
+    return thread
