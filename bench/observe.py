@@ -32,9 +32,9 @@ meshrun.arrive), ``fsdp2`` (the mlp-tp recipe at tp 1: FSDP2 over every rank), `
   is a false alarm.
 * ``hang``: rank 1 stopped for good (SIGSTOP to its worker) once the job runs, with
   ``--hang-timeout``; seconds from the stop to the hang line, and whom it names.
-* ``cost``: the observer on and off (``MESHRUN_OBSERVE=0``), alternated, on two nodes of
-  plain_ddp.py with a step of a few ms: steps a second of each; and one observation's own
-  time (microseconds a second of training, a real gloo group).
+* ``cost``: one observation's own time (microseconds, a real gloo group), and in one run of
+  two ranks (a DDP loop, steps of a few ms) the observer's thread on and off in turns of
+  ``--seconds`` (``--repeats`` of each): the mean step time of each turn.
 """
 
 from __future__ import annotations
@@ -94,10 +94,13 @@ LAYOUTS = {
 }
 
 
+NODE_SHARE = [0.9]   # of the host's cores, shared by the nodes (--node-share)
+
+
 def node_cpus(nnodes: int, nproc: int) -> float:
-    """Each node's quota: the host's cores shared by the nodes, a tenth kept for the rest,
-    at most one CPU a worker."""
-    return min(nproc * 1.0, 0.9 * (os.cpu_count() or 1) / nnodes)
+    """Each node's quota: ``NODE_SHARE`` of the host's cores shared by the nodes, at most one
+    CPU a worker."""
+    return min(nproc * 1.0, NODE_SHARE[0] * (os.cpu_count() or 1) / nnodes)
 
 
 class Job:
@@ -141,6 +144,16 @@ class Job:
             return json.loads((self.folder / "logs" / "obs" / "node_steps.json").read_text())
         except (OSError, ValueError):
             return None
+
+    def agents_out(self) -> None:
+        """Each node's `meshrun run` agent (node 0's hosts the job's store) out of its node's
+        quota, into the job's group, once its workers started: the quota is the workers'
+        machine, and an agent's threads would otherwise make node 0 the slowest node."""
+        for proc in self.nodes.procs:
+            try:
+                self.job._write("cgroup.procs", proc.pid)
+            except OSError:
+                pass
 
     def reporting(self) -> bool:
         """Every node's ranks have sent work shares (node 0's summary says so)."""
@@ -208,6 +221,7 @@ def slow(name: str, nnodes: int, factor: float, warm: float, seconds: float) -> 
                "node_cpus": round(job.cpus, 2)}
         if ready is None:
             return {**row, "error": "never reported", "tail": job.out()[-1500:]}
+        job.agents_out()
         stop = threading.Event()
         job.watch_rank0(stop)   # once the store is up (the nodes report through it)
         time.sleep(warm)
@@ -231,6 +245,7 @@ def slow(name: str, nnodes: int, factor: float, warm: float, seconds: float) -> 
                 "named_after_s": round(took, 1) if took is not None else None,
                 "false_alarms": len(lines) - len(named) + len(early),
                 "line": named[0] if named else (lines[0] if lines else ""),
+                "alarms": early + [ln for ln in lines if ln not in named],
                 "work_shares": shares, "hangs": len(_lines(job.out(), "job hung"))}
 
 
@@ -241,6 +256,7 @@ def soak(name: str, nnodes: int, seconds: float) -> dict:
                "node_cpus": round(job.cpus, 2)}
         if ready is None:
             return {**row, "error": "never reported", "tail": job.out()[-1500:]}
+        job.agents_out()
         _wait(job, lambda: False, seconds)
         outs = "\n".join(job.out(k) for k in range(nnodes))
         alarms = _lines(outs, " is slow") + _lines(outs, "job hung")
@@ -297,6 +313,51 @@ print(f"{(time.perf_counter() - t) / n * 1e6:.2f}")
 dist.destroy_process_group()
 """
 
+# One run, two ranks of a DDP loop with steps of a few ms; the observer's thread (as the
+# worker shim starts it: a sample a second) is on and off in turns of BLOCK seconds, the
+# steps of each turn counted: with and without, in the same processes.
+SAME_RUN = """
+import sys, threading, time, torch, torch.distributed as dist
+from meshrun.worker.observe import PERIOD_S, Observer
+rank, port, blocks, block = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+torch.set_num_threads(1)
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:" + port, rank=rank, world_size=2)
+model = torch.nn.parallel.DistributedDataParallel(
+    torch.nn.Sequential(*[torch.nn.Linear(128, 128) for _ in range(3)]))
+opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+x = torch.randn(32, 128)
+on = threading.Event()
+observer, samples = Observer(), [0]
+
+def run():
+    while True:
+        time.sleep(PERIOD_S)
+        if on.is_set():
+            observer.sample(dist)
+            samples[0] += 1
+
+threading.Thread(target=run, daemon=True).start()
+for _ in range(50):
+    model(x).square().mean().backward(); opt.step(); opt.zero_grad(set_to_none=True)
+rows = []
+for b in range(blocks):
+    observing = b % 2 == 0
+    on.set() if observing else on.clear()
+    flag, steps, t = torch.zeros(1), 0, time.perf_counter()
+    while True:
+        model(x).square().mean().backward(); opt.step(); opt.zero_grad(set_to_none=True)
+        steps += 1
+        flag[0] = 1.0 if time.perf_counter() - t >= block else 0.0
+        dist.all_reduce(flag)            # every rank ends the turn at the same step
+        if flag.item() > 0:
+            break
+    rows.append((observing, (time.perf_counter() - t) / steps * 1000))
+if rank == 0:
+    import json
+    print(json.dumps({"rows": rows, "samples": samples[0]}))
+dist.destroy_process_group()
+"""
+
 
 def cost(repeats: int, seconds: float) -> dict:
     from meshrun.harness import free_port
@@ -304,28 +365,19 @@ def cost(repeats: int, seconds: float) -> dict:
     sample_us = [float(subprocess.run([sys.executable, "-c", COST, str(free_port())],
                                       capture_output=True, text=True, env=clean_env(),
                                       check=True).stdout) for _ in range(3)]
-    runs = []
-    for repeat in range(repeats):
-        for label, env in (("on", {}), ("off", {"MESHRUN_OBSERVE": "0"})):
-            with tempfile.TemporaryDirectory() as tmp:
-                folder = Path(tmp)
-                nodes = Nodes(folder, ["--", str(SCRIPTS / "plain_ddp.py")], nnodes=2,
-                              env=clean_env(PLAIN_SECONDS=str(seconds), PLAIN_WIDTH="128",
-                                            PLAIN_REPEATS="2", **env),
-                              run_id="cost", log_dir=folder / "logs").start()
-                for p in nodes.procs:
-                    p.wait(timeout=seconds + 120)
-                m = re.search(r"plain: (\d+) steps in ([\d.]+) s", nodes.out(0).read_text())
-                runs.append({"observer": label, "repeat": repeat,
-                             "steps_per_s": round(int(m[1]) / float(m[2]), 1) if m else None,
-                             "ms_per_step": round(1000 * float(m[2]) / int(m[1]), 3)
-                             if m else None})
-                print(json.dumps(runs[-1]), flush=True)
-    med = {label: statistics.median(r["steps_per_s"] for r in runs
-                                    if r["observer"] == label and r["steps_per_s"])
-           for label in ("on", "off")}
-    return {"sample_us": sample_us, "runs": runs, "median_steps_per_s": med,
-            "overhead_pct": round(100 * (med["off"] - med["on"]) / med["off"], 2)}
+    port, blocks = str(free_port()), 2 * repeats
+    procs = [subprocess.Popen([sys.executable, "-c", SAME_RUN, str(r), port, str(blocks),
+                               str(seconds)], stdout=subprocess.PIPE, text=True,
+                              env=clean_env()) for r in (0, 1)]
+    out = [p.communicate(timeout=blocks * seconds + 120)[0] for p in procs][0]
+    rows = json.loads(out)["rows"]
+    on = [ms for observing, ms in rows if observing]
+    off = [ms for observing, ms in rows if not observing]
+    med_on, med_off = statistics.median(on), statistics.median(off)
+    return {"sample_us": sample_us, "ms_per_step_on": on, "ms_per_step_off": off,
+            "median_ms_on": round(med_on, 4), "median_ms_off": round(med_off, 4),
+            "overhead_pct": round(100 * (med_on / med_off - 1), 2),
+            "samples": json.loads(out)["samples"]}
 
 
 def markdown(paths: list[str]) -> str:
@@ -359,6 +411,9 @@ def markdown(paths: list[str]) -> str:
 
 
 def main() -> int:
+    # a SIGTERM ends the bench through its clean-ups (the nodes killed, the groups removed):
+    # otherwise a killed bench leaves a job training on, under its quotas
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if len(sys.argv) > 2 and sys.argv[1] == "--markdown":
         print(markdown(sys.argv[2:]))
         return 0
@@ -373,9 +428,11 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--shares", type=int, default=65536,
                         help="the job's cpu.shares (2: only what the machine leaves idle)")
+    parser.add_argument("--node-share", type=float, default=0.9,
+                        help="the part of the host's cores the nodes' quotas add up to")
     parser.add_argument("--json", metavar="PATH")
     a = parser.parse_args()
-    SHARES[0] = a.shares
+    SHARES[0], NODE_SHARE[0] = a.shares, a.node_share
     why = available()
     if why and a.part != "cost":
         sys.exit(f"bench/observe.py: {why}")
@@ -393,7 +450,7 @@ def main() -> int:
             Path(a.json).write_text(json.dumps(rows, indent=2))
 
     if a.part == "cost":
-        keep(cost(a.repeats, a.seconds or 20))
+        keep(cost(a.repeats, a.seconds or 5))
         return 0
     for name in names:
         for n in counts:

@@ -47,10 +47,12 @@ def test_collectives_are_counted_over_every_group_and_the_work_share_is_the_kern
     dp.seq, tp.seq = 12, 48
     clock[0], cpu[0] = 102.0, (1.6, 0.9)             # 2 s: 0.6 s on a CPU, 0.4 s waiting for one
     assert observer.sample(dist) == (60, pytest.approx(0.5), 2)   # 2 active seconds
-    clock[0] = 104.0                                 # blocked the whole time (in a collective)
-    assert observer.sample(dist) == (60, 0.0, 2)
+    clock[0] = 104.0                                 # blocked 2 s (in a collective): the share
+    assert observer.sample(dist) == (60, pytest.approx(1.0 / 4), 2)   # spans the last 4 s
     clock[0], cpu[0] = 105.0, (2.0, 0.9)             # 0.4 s of 1: waiting more than working
-    assert observer.sample(dist) == (60, pytest.approx(0.4), 2)
+    assert observer.sample(dist) == (60, pytest.approx(1.4 / 5), 2)
+    clock[0], cpu[0] = 110.0, (4.5, 0.9)             # at most SPAN_S: from 105 on
+    assert observer.sample(dist) == (60, pytest.approx(2.5 / 5), 7)
 
 
 def test_on_nccl_with_timing_the_work_share_is_the_time_outside_collectives_on_the_device():

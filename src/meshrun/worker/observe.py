@@ -1,7 +1,7 @@
 """What every worker's collectives say, for a script that calls nothing of meshrun's.
 
 The worker shim (:mod:`meshrun.worker.bootstrap`) starts one daemon thread, ``meshrun-observe``,
-before the script. Once a second, when the script's process group exists, it reads two
+before the script. Once a second, when the script's process group exists, it reads three
 figures and hands them to the progress writer (:mod:`meshrun.worker.progress`), which sends
 them to the job's store with the rank's next report:
 
@@ -12,8 +12,8 @@ them to the job's store with the rank's next report:
   it), so a count that moves is a rank whose collectives complete: progress, for the hang
   check, without ``meshrun.progress()``. No count moves anywhere: the job is stuck, and the
   rank whose count is behind the others' is the one they wait for.
-- **work share**: the part of the last interval the rank spent working rather than waiting
-  for the others, the figure the slow-node check compares between nodes (in synchronous
+- **work share**: the part of the last ``SPAN_S`` seconds the rank spent working rather than
+  waiting for the others, the figure the slow-node check compares between nodes (in synchronous
   training every rank's step takes as long as the slowest rank's; the slowest is the one
   that waits least).
 
@@ -34,15 +34,15 @@ them to the job's store with the rank's next report:
     (its CPU says nothing: a rank waiting for the device spins on it).
 
 - **active seconds** (CPU only): the seconds in which the main thread worked at least half
-  the time (the work share above, >= 0.5). A rank computing on its own outside any
+  the time (that second's share >= 0.5). A rank computing on its own outside any
   collective (rank 0 preparing a dataset while the others wait in a barrier) is not a hang:
   its count moves. Never on NCCL: a rank waiting for a stuck collective spins on its CPU in
   the device's synchronisation, so its CPU says nothing there. A rank that computes without
   end (a loop that never reaches its next collective) is therefore not a hang on gloo;
   ``meshrun.progress()`` tells that one.
 
-The cost on a CPU: one wake-up a second, a file read and one call per process group; nothing on the
-training thread. ``MESHRUN_OBSERVE=0`` turns it off (then only ``meshrun.progress()`` and
+The cost on a CPU: one wake-up a second, a file read and one call per process group (about
+30 microseconds); nothing on the training thread. ``MESHRUN_OBSERVE=0`` turns it off (then only ``meshrun.progress()`` and
 ``meshrun.arrive()`` give progress and timings).
 
 torch is never imported here: the thread looks for ``torch.distributed`` in ``sys.modules``
@@ -55,10 +55,12 @@ import os
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 PERIOD_S = 1.0
+SPAN_S = 5.0         # the work share is taken over the last this many seconds of samples
 ACTIVE_SHARE = 0.5   # a second with this work share (CPU) or more is an active one
 
 
@@ -106,6 +108,7 @@ class Observer:
                  timing: bool = False) -> None:
         self.clock, self.stat, self.timing = clock, stat, timing
         self.last: tuple[float, float, float] | None = None   # (wall, cpu-side busy, coll time)
+        self.span: deque[tuple[float, float, float]] = deque()  # the samples of SPAN_S
         self.coll_time = 0.0          # NCCL: seconds in collectives, from the hooks
         self._hooked: set[int] = set()
         self._nccl = False            # some group of this process is NCCL
@@ -114,9 +117,13 @@ class Observer:
         self._lock = threading.Lock()
 
     def sample(self, dist: Any) -> tuple[int, float, int] | None:
-        """(collectives issued, work share since the last sample (-1 for the first, and on
-        NCCL without timing), active seconds so far (-1 on NCCL)), or None while there is
-        no process group."""
+        """(collectives issued, work share over the last ``SPAN_S`` seconds (-1 for the
+        first sample, and on NCCL without timing), active seconds so far (-1 on NCCL)), or
+        None while there is no process group.
+
+        The share spans several samples: a step as long as a sample's interval (tensor
+        parallelism on a CPU: 0.3 s) would otherwise swing one interval's share from 0.1 to
+        0.9 by where the interval fell in the step."""
         try:
             if not (dist.is_available() and dist.is_initialized()):
                 return None
@@ -130,16 +137,21 @@ class Observer:
         with self._lock:
             coll_time = self.coll_time
         last, self.last = self.last, (now, busy, coll_time)
+        while self.span and now - self.span[0][0] > SPAN_S + 1e-6:
+            self.span.popleft()
+        first = self.span[0] if self.span else None
+        self.span.append((now, busy, coll_time))
         share = -1.0
-        if last is not None and now > last[0]:
-            wall = now - last[0]
+        if last is not None and now > last[0] and first is not None:
+            wall = now - first[0]
             if nccl:
                 if self._timed:
-                    share = max(0.0, 1.0 - (coll_time - last[2]) / wall)
-            elif busy >= 0 and last[1] >= 0:
-                share = max(0.0, (busy - last[1]) / wall)
-                if share >= ACTIVE_SHARE:
-                    self.active += max(1, round(wall))
+                    share = max(0.0, 1.0 - (coll_time - first[2]) / wall)
+            elif busy >= 0 and last[1] >= 0 and first[1] >= 0:
+                share = max(0.0, (busy - first[1]) / wall)
+                step = (busy - last[1]) / (now - last[0])   # this interval alone
+                if step >= ACTIVE_SHARE:
+                    self.active += max(1, round(now - last[0]))
         return collectives(pgs), share, -1 if nccl else self.active
 
     def _hook(self, dist: Any, pgs: list[Any]) -> bool:
