@@ -149,11 +149,8 @@ class Job:
         """Each node's `meshrun run` agent (node 0's hosts the job's store) out of its node's
         quota, into the job's group, once its workers started: the quota is the workers'
         machine, and an agent's threads would otherwise make node 0 the slowest node."""
-        for proc in self.nodes.procs:
-            try:
-                self.job._write("cgroup.procs", proc.pid)
-            except OSError:
-                pass
+        for group, proc in zip(self.groups, self.nodes.procs):
+            group.release(proc.pid)
 
     def reporting(self) -> bool:
         """Every node's ranks have sent work shares (node 0's summary says so)."""

@@ -357,6 +357,18 @@ class CpuQuota:
             raise RuntimeError(f"process {pid} is not in {self.path} after it was moved there")
         return moved
 
+    def release(self, pid: int) -> None:
+        """Move ``pid`` alone (not its children) out of the group, into its parent group
+        (the root group without one): a node's `meshrun run` agent once its workers run, so
+        that the quota is the workers' machine (node 0's agent serves the job's store: inside
+        a small quota it would make node 0 the slowest node)."""
+        parent = self.parent.path if self.parent is not None else CGROUP_CPU
+        try:
+            with open(os.path.join(parent, "cgroup.procs"), "w") as handle:
+                handle.write(str(pid))
+        except ProcessLookupError:
+            pass
+
     def pids(self) -> list[int]:
         """The processes in the group now."""
         with open(os.path.join(self.path, "cgroup.procs")) as handle:

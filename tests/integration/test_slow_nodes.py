@@ -99,6 +99,8 @@ def test_a_node_throttled_mid_run_is_named_on_every_console_within_30_s(tmp_path
         procs = start_nodes(tmp_path, groups=groups, seconds=240)
         try:
             assert wait_for(procs, tmp_path / "node0.out", "first step done", 90) is not None
+            for group, proc in zip(groups, procs):   # the quota: the workers' machine
+                group.release(proc.pid)
             time.sleep(35)                     # a full window of like nodes first
             assert "is slow" not in (tmp_path / "node0.out").read_text()
             quota.set(NODE_CPUS / 5)

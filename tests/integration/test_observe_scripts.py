@@ -74,13 +74,21 @@ def test_a_rank_sleeping_in_an_unmodified_script_is_named_within_the_hang_timeou
     assert re.search(r"Current thread[^\n]*\n\s+File \"[^\"]*plain_ddp\.py\"", stack), stack
 
 
+def _has_worker(proc) -> bool:
+    return any(_is_worker(pid) for pid in tree(proc.pid))
+
+
+def _is_worker(pid: int) -> bool:
+    try:
+        return b"meshrun.worker.bootstrap" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
 def _worker(nodes: Nodes, node: int) -> int:
     for pid in tree(nodes.procs[node].pid):
-        try:
-            if b"meshrun.worker.bootstrap" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                return pid
-        except OSError:
-            continue
+        if _is_worker(pid):
+            return pid
     raise AssertionError(f"no worker of node {node}")
 
 
@@ -133,6 +141,11 @@ def _slow_job(tmp_path: Path, command: list[str], env: dict) -> tuple[str, str]:
         with Nodes(tmp_path, command, env=env, run_id="slow", log_dir=tmp_path / "logs",
                    extra=("--slow-window", "10", "--hang-timeout", "0"),
                    before_start=lambda k, proc: groups[k].add(proc.pid)) as nodes:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and not all(_has_worker(p) for p in nodes.procs):
+                time.sleep(0.2)
+            for group, proc in zip(groups, nodes.procs):   # the quota: the workers' machine
+                group.release(proc.pid)
             nodes.wait_for("meshrun: node 1 (", timeout=180)
             nodes.wait_for("is slow", node=1, timeout=10)
             nodes.kill()
