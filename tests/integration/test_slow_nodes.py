@@ -120,7 +120,7 @@ def test_a_node_throttled_mid_run_is_named_on_every_console_within_30_s(tmp_path
     assert line.startswith("meshrun: node 1 (") and line.endswith("; rank 1"), line
     # straggle.py calls meshrun.arrive(), but the observer's share of time working is the
     # figure compared (the compute time only with MESHRUN_OBSERVE=0)
-    assert re.search(r"is slow: \d\.\d\dx the median time working \(not waiting for the "
+    assert re.search(r"is slow: \d+\.\d\dx the median time working \(not waiting for the "
                      r"others\) of the other nodes for \d+ s; rank 1$", line), line
     assert out1.count("is slow") == 1
     run = tmp_path / "logs" / "slow"
