@@ -238,3 +238,27 @@ def test_a_hang_names_the_rank_behind_else_the_strongest_probe_reason(positions,
     from meshrun.runtime.events import hang_suspects
 
     assert hang_suspects(positions, reasons, silent) == expected
+
+
+def test_stop_ends_the_sampling_before_the_shim_destroys_the_group():
+    """The worker shim stops the observer before it destroys the script's process group:
+    stop() waits for a sample under way and the thread ends (it holds no group after)."""
+    code = textwrap.dedent("""
+        import sys, time, types
+        from meshrun.worker import observe
+        observe.PERIOD_S = 0.01
+        seen = []
+        dist = types.SimpleNamespace(is_available=lambda: True, is_initialized=lambda: True,
+                                     distributed_c10d=types.SimpleNamespace(
+                                         _world=types.SimpleNamespace(pg_map={})),
+                                     get_backend=lambda pg: "gloo")
+        sys.modules["torch.distributed"] = dist
+        thread = observe.start(lambda *a: seen.append(a))
+        time.sleep(0.3)
+        observe.stop()
+        thread.join(2.0)
+        print(len(seen) > 0, thread.is_alive())
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert out.stdout.split() == ["True", "False"], out.stdout + out.stderr

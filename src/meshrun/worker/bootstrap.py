@@ -132,6 +132,9 @@ def _tear_down() -> None:
     have run, the interpreter is still whole."""
     import gc
 
+    observer = sys.modules.get("meshrun.worker.observe")
+    if observer is not None:
+        observer.stop()  # no sample may hold the group while it is destroyed
     gc.collect()
     dist = sys.modules.get("torch.distributed")
     try:

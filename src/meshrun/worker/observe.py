@@ -183,6 +183,20 @@ class Observer:
                 self.coll_time += seconds
 
 
+_STOP = threading.Event()
+_BUSY = threading.Lock()   # held while a sample runs (it holds the script's process groups)
+
+
+def stop(timeout: float = 2.0) -> None:
+    """End the observer's sampling, waiting (at most ``timeout``) for one under way: the
+    worker shim calls it before it destroys the script's process group, so that no sample
+    holds a group while it is torn down (a group kept alive past that is collected at the
+    interpreter's shutdown, where a gloo thread aborts the process)."""
+    _STOP.set()
+    if _BUSY.acquire(timeout=timeout):
+        _BUSY.release()
+
+
 def start(report: Callable[[int, float, int], None]) -> threading.Thread | None:
     """The ``meshrun-observe`` thread: a sample a second, handed to ``report``. Off with
     ``MESHRUN_OBSERVE=0``; NCCL's collectives timed with ``MESHRUN_OBSERVE=timing``."""
@@ -192,15 +206,17 @@ def start(report: Callable[[int, float, int], None]) -> threading.Thread | None:
     observer = Observer(timing=mode == "timing")
 
     def run() -> None:
-        while True:
-            time.sleep(PERIOD_S)
+        while not _STOP.wait(PERIOD_S):
             dist = sys.modules.get("torch.distributed")
             if dist is None:
                 continue
-            try:
-                sample = observer.sample(dist)
-            except Exception:  # noqa: BLE001, S112 - an observation must never fail the script
-                continue
+            with _BUSY:
+                if _STOP.is_set():
+                    return
+                try:
+                    sample = observer.sample(dist)
+                except Exception:  # noqa: BLE001, S112 - an observation must never fail the script
+                    continue
             if sample is not None:
                 report(*sample)
 
