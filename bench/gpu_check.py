@@ -506,17 +506,9 @@ def markdown_rows(result: Mapping[str, Any], missing: str = "not run") -> str:
 
 def _proc_table() -> dict[int, tuple[int, str]]:
     """pid -> (parent pid, start time) of every process (from /proc)."""
-    out = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        out[int(entry)] = (int(fields[1]), fields[19])
-    return out
+    from meshrun.harness import proc_stats
+
+    return {pid: (int(fields[1]), fields[19]) for pid, fields in proc_stats().items()}
 
 
 class Tree:

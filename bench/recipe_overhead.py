@@ -186,16 +186,11 @@ class SessionCpu:
         self.tick = os.sysconf("SC_CLK_TCK")
 
     def sample(self) -> None:
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
+        from meshrun.harness import proc_stats
+
+        for pid, fields in proc_stats().items():
             if int(fields[3]) == self.sid:          # state ppid pgrp session ...
-                self.seen[int(entry)] = (int(fields[11]) + int(fields[12])) / self.tick
+                self.seen[pid] = (int(fields[11]) + int(fields[12])) / self.tick
 
     def total(self) -> float:
         return sum(self.seen.values())

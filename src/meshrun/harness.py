@@ -143,16 +143,27 @@ def tree(pid: int) -> list[int]:
     return out
 
 
-def _children_by_scan() -> dict[int, list[int]]:
-    children: dict[int, list[int]] = {}
+def proc_stats() -> dict[int, list[str]]:
+    """pid -> the fields of ``/proc/<pid>/stat`` after the command name (state, ppid, pgrp,
+    session, ...: index k is the stat field k + 3) of every process alive now."""
+    out: dict[int, list[str]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                with open(f"/proc/{entry}/stat") as handle:
-                    ppid = int(handle.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
+                with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as handle:
+                    out[int(entry)] = handle.read().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
                 continue
-            children.setdefault(ppid, []).append(int(entry))
+    return out
+
+
+def _children_by_scan() -> dict[int, list[int]]:
+    children: dict[int, list[int]] = {}
+    for pid, fields in proc_stats().items():
+        try:
+            children.setdefault(int(fields[1]), []).append(pid)
+        except (ValueError, IndexError):
+            continue
     return children
 
 
