@@ -53,7 +53,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from meshrun.harness import CpuQuota, Nodes, clean_env, tree
+from meshrun.harness import CpuQuota, Nodes, clean_env, workers_of
 from meshrun.harness import quota_available as available
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -264,16 +264,8 @@ def soak(name: str, nnodes: int, seconds: float) -> dict:
 
 
 def _worker_of(job: Job, node: int) -> int | None:
-    """The pid of node ``node``'s (first) worker: the agent's descendant running Python's
-    worker shim."""
-    for pid in tree(job.nodes.procs[node].pid):
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"meshrun.worker.bootstrap" in cmd:
-            return pid
-    return None
+    """The pid of node ``node``'s (first) worker."""
+    return next(iter(workers_of(job.nodes.procs[node].pid)), None)
 
 
 def hang(name: str, hang_timeout: float, nnodes: int = 2) -> dict:

@@ -167,6 +167,18 @@ def _children_by_scan() -> dict[int, list[int]]:
     return children
 
 
+def workers_of(pid: int) -> list[int]:
+    """The worker processes (meshrun's worker shim) among ``pid``'s descendants alive now."""
+    out = []
+    for each in tree(pid):
+        try:
+            if b"meshrun.worker.bootstrap" in open(f"/proc/{each}/cmdline", "rb").read():
+                out.append(each)
+        except OSError:
+            continue
+    return out
+
+
 def signal_tree(pid: int, sig: int) -> None:
     """``sig`` to ``pid`` and every descendant at once (a whole simulated node)."""
     for each in tree(pid):

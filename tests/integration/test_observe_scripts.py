@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 from helpers import SCRIPTS, clean_env
 
-from meshrun.harness import CpuQuota, Nodes, tree
+from meshrun.harness import CpuQuota, Nodes, workers_of
 from meshrun.harness import quota_available as available
 
 pytestmark = pytest.mark.slow
@@ -74,22 +74,10 @@ def test_a_rank_sleeping_in_an_unmodified_script_is_named_within_the_hang_timeou
     assert re.search(r"Current thread[^\n]*\n\s+File \"[^\"]*plain_ddp\.py\"", stack), stack
 
 
-def _has_worker(proc) -> bool:
-    return any(_is_worker(pid) for pid in tree(proc.pid))
-
-
-def _is_worker(pid: int) -> bool:
-    try:
-        return b"meshrun.worker.bootstrap" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
-
-
 def _worker(nodes: Nodes, node: int) -> int:
-    for pid in tree(nodes.procs[node].pid):
-        if _is_worker(pid):
-            return pid
-    raise AssertionError(f"no worker of node {node}")
+    found = workers_of(nodes.procs[node].pid)
+    assert found, f"no worker of node {node}"
+    return found[0]
 
 
 @pytest.mark.timeout(400)
@@ -142,7 +130,7 @@ def _slow_job(tmp_path: Path, command: list[str], env: dict) -> tuple[str, str]:
                    extra=("--slow-window", "10", "--hang-timeout", "0"),
                    before_start=lambda k, proc: groups[k].add(proc.pid)) as nodes:
             deadline = time.monotonic() + 120
-            while time.monotonic() < deadline and not all(_has_worker(p) for p in nodes.procs):
+            while time.monotonic() < deadline and not all(workers_of(p.pid) for p in nodes.procs):
                 time.sleep(0.2)
             for group, proc in zip(groups, nodes.procs):   # the quota: the workers' machine
                 group.release(proc.pid)
