@@ -245,16 +245,32 @@ class Nodes:
                      for rank in range(nnodes)]
 
     def start(self) -> Nodes:
-        nice = self._nice
-        for rank, argv in enumerate(self.argv):
-            with open(self.out(rank), "w") as out:
-                self.procs.append(subprocess.Popen(
-                    argv, cwd=self.cwd, env=self.env, stdout=out, stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    preexec_fn=(lambda: os.nice(nice)) if nice else None))
-            if self._before is not None:
-                self._before(rank, self.procs[-1])
+        for rank in range(len(self.argv)):
+            self.procs.append(self._popen(rank, "w"))
         return self
+
+    def _popen(self, rank: int, mode: str) -> subprocess.Popen:
+        nice = self._nice
+        with open(self.out(rank), mode) as out:
+            proc = subprocess.Popen(
+                self.argv[rank], cwd=self.cwd, env=self.env, stdout=out,
+                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                preexec_fn=(lambda: os.nice(nice)) if nice else None)
+        if self._before is not None:
+            self._before(rank, proc)
+        return proc
+
+    def crash(self, rank: int) -> None:
+        """SIGKILL node ``rank``'s agent and every process under it at once (a machine that
+        died), and reap the agent."""
+        signal_tree(self.procs[rank].pid, signals.SIGKILL)
+        self.procs[rank].wait()
+
+    def restart(self, rank: int) -> None:
+        """Start node ``rank`` again with the same command (as a platform restarts a failed
+        node); its output is appended to ``node<rank>.out``. The old one must be over."""
+        assert self.procs[rank].poll() is not None, f"node {rank} is still running"
+        self.procs[rank] = self._popen(rank, "a")
 
     def __enter__(self) -> Nodes:
         return self.start() if not self.procs else self
@@ -274,10 +290,13 @@ class Nodes:
     def outputs(self) -> str:
         return "".join(self.output(r) for r in range(self.nnodes))
 
-    def wait_for(self, text: str, node: int = 0, timeout: float = 60) -> float | None:
+    def wait_for(self, text: str, node: int = 0, timeout: float = 60,
+                 alive: Sequence[int] | None = None) -> float | None:
         """Seconds until node ``node`` printed ``text`` (None: not within ``timeout``, or a
-        node ended first without printing it)."""
-        return wait_for_text(self.out(node), text, timeout, self.procs)
+        node ended first without printing it; ``alive``: only these nodes' end counts, e.g.
+        after one was crashed on purpose)."""
+        procs = self.procs if alive is None else [self.procs[k] for k in alive]
+        return wait_for_text(self.out(node), text, timeout, procs)
 
     def wait(self, timeout: float = 120) -> list[int | None]:
         """Every node's exit code (None: still running after ``timeout`` seconds in all; it

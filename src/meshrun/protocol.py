@@ -55,6 +55,7 @@ RUN_ID = PREFIX + "run_id"
 NNODES = PREFIX + "nnodes"
 JOINED = PREFIX + "joined"
 ENDED = PREFIX + "ended"        # how many nodes' workers are over (failed, finished, stopped)
+MEMBERS = PREFIX + "members"    # the membership (runtime/membership.py), node 0 writes it
 WATCH = PREFIX + "watch"
 LINKS = PREFIX + "links"        # node 0's liveness-link listener (Endpoint)
 
@@ -62,6 +63,12 @@ PREFLIGHT = PREFIX + "preflight/"
 PREFLIGHT_T0 = PREFLIGHT + "t0"
 PREFLIGHT_VERDICT = PREFLIGHT + "verdict"
 PREFLIGHT_SEEN = PREFLIGHT + "seen"
+
+
+def ended_key(epoch: int) -> str:
+    """How many seated nodes' workers are over in membership epoch ``epoch`` (epoch 0: the
+    historic key)."""
+    return ENDED if epoch == 0 else f"{ENDED}/{epoch}"
 
 
 def node_key(node: int) -> str:
@@ -298,7 +305,9 @@ class Watch:
     round restarts its workers to join it); ``closed``: the lost nodes whose liveness link
     (:mod:`meshrun.runtime.links`) closed without a goodbye: their agent died;
     ``notices``: the newest straggler notices (:mod:`meshrun.runtime.stragglers`, JSON
-    records with a ``seq``), which every node prints once."""
+    records with a ``seq``), which every node prints once; ``members``: the job's
+    membership (:class:`meshrun.runtime.membership.Membership` as JSON: who holds which
+    seat, the spares, the lost nodes), when the job has spares."""
 
     beat: int
     lost: tuple[tuple[int, float], ...] = ()
@@ -309,6 +318,7 @@ class Watch:
     round: int = 0
     closed: tuple[int, ...] = ()   # the lost nodes whose liveness link closed (they died)
     notices: tuple[dict, ...] = ()  # the newest straggler notices, each with its "seq"
+    members: dict | None = None    # the membership (runtime/membership.py), as JSON
 
     def encode(self) -> str:
         return json.dumps({"beat": self.beat, "lost": [list(x) for x in self.lost],
@@ -316,7 +326,7 @@ class Watch:
                            "gen": self.gen, "probe": self.probe,
                            "verdict": self.verdict.encode() if self.verdict else None,
                            "round": self.round, "closed": list(self.closed),
-                           "notices": list(self.notices)})
+                           "notices": list(self.notices), "members": self.members})
 
     @classmethod
     def decode(cls, raw: bytes | str) -> Watch:
@@ -327,4 +337,5 @@ class Watch:
                    int(data.get("gen", 0)), bool(data.get("probe")),
                    HangVerdict.decode(verdict) if verdict else None, int(data.get("round", 0)),
                    tuple(int(n) for n in data.get("closed", ())),
-                   tuple(n for n in data.get("notices", ()) if isinstance(n, dict)))
+                   tuple(n for n in data.get("notices", ()) if isinstance(n, dict)),
+                   data.get("members") if isinstance(data.get("members"), dict) else None)

@@ -10,7 +10,8 @@ from types import SimpleNamespace
 import pytest
 
 from meshrun import protocol
-from meshrun.runtime.rendezvous import RoundError, Rounds, next_round
+from meshrun.runtime.membership import Membership, after_loss
+from meshrun.runtime.rendezvous import RoundError, Rounds, next_round, seat_and_world
 from meshrun.runtime.store import BoundedStore
 
 
@@ -30,9 +31,9 @@ def _client(master):
                                  timeout=timedelta(seconds=5)), 5.0)
 
 
-def _plan(node: int, nnodes: int, join_timeout: int = 10):
+def _plan(node: int, nnodes: int, join_timeout: int = 10, spares: int = 0):
     return SimpleNamespace(node_rank=node, nnodes=nnodes, is_master=node == 0,
-                           join_timeout=join_timeout)
+                           join_timeout=join_timeout, spares=spares)
 
 
 def _round_on_threads(master, nnodes, rounds, hosted):
@@ -132,7 +133,7 @@ def test_the_workers_store_is_bound_before_its_port_is_published(master):
     from meshrun.runtime.store import JobStore
 
     job = JobStore(master, master.port, True)
-    plan = SimpleNamespace(node_rank=0, nnodes=1, is_master=True, join_timeout=5,
+    plan = SimpleNamespace(node_rank=0, nnodes=1, is_master=True, join_timeout=5, spares=0,
                            master_addr="127.0.0.1", run_id="r")
     handler = _handler(job, plan, Rounds())
     try:
@@ -150,3 +151,47 @@ def test_the_workers_store_is_bound_before_its_port_is_published(master):
     finally:
         handler.shutdown()
         job.close_calls()
+
+
+def test_a_spare_is_in_no_round_until_it_takes_a_seat_and_then_meets_the_others_in_the_epochs_round(
+        master):
+    """3 nodes, --spares 1: round 0 forms with nodes 0 and 1 (two seats); node 2 cannot
+    arrive. Node 1 is lost: the new epoch seats node 2 in seat 1 with round 1, and nodes 0
+    and 2 meet there; node 2's group rank is 1, the world still 2."""
+    plans = {n: _plan(n, 3, spares=1) for n in range(3)}
+    rounds = {n: Rounds() for n in range(3)}
+    ports = iter(range(50101, 50110))
+    hosted = lambda: protocol.Endpoint("127.0.0.1", next(ports))  # noqa: E731
+    calls = _client(master)
+    with pytest.raises(RoundError, match="node 2 holds no seat in the job \\(spare"):
+        next_round(calls, plans[2], rounds[2], host_workers=hosted)
+    results: dict[int, object] = {}
+
+    def node(n):
+        client = _client(master)
+        try:
+            results[n] = next_round(client, plans[n], rounds[n], host_workers=hosted)
+        finally:
+            client.close(1.0)
+
+    first = [threading.Thread(target=node, args=(n,)) for n in (1, 0)]
+    for t in first:
+        t.start()
+    for t in first:
+        t.join(20)
+    assert results == {0: (0, protocol.Endpoint("127.0.0.1", 50101)),
+                       1: (0, protocol.Endpoint("127.0.0.1", 50101))}
+    after, _ = after_loss(Membership.initial(3, 1), 1, next_round=rounds[0].current + 1)
+    for n in (0, 2):
+        rounds[n].members = after
+    results.clear()
+    second = [threading.Thread(target=node, args=(n,)) for n in (2, 0)]
+    for t in second:
+        t.start()
+    for t in second:
+        t.join(20)
+    calls.close(1.0)
+    assert results == {0: (1, protocol.Endpoint("127.0.0.1", 50102)),
+                       2: (1, protocol.Endpoint("127.0.0.1", 50102))}
+    assert seat_and_world(plans[2], rounds[2]) == (1, 2)
+    assert seat_and_world(plans[0], rounds[0]) == (0, 2)

@@ -462,6 +462,33 @@ def test_join_timeout_and_log_dir_precedence():
     assert default.source["log_dir"] == "default"
 
 
+def test_spares_are_the_highest_node_ranks_and_the_world_is_the_seated_nodes():
+    """--spares 1 of 3 nodes (a PyTorchJob's variables): nodes 0 and 1 train, world 2 x 8;
+    node 2 waits with no rank yet; the job config and MESHRUN_NNODES see the 2 that train."""
+    env = {"WORLD_SIZE": "3", "RANK": "2", "MASTER_ADDR": "m", "MASTER_PORT": "23456",
+           "MESHRUN_SPARES": "1"}
+    spare = plan(env, Flags(), GPU8_HOST)
+    assert (spare.nnodes, spare.spares, spare.seated_nodes) == (3, 1, 2)
+    assert spare.world_size == 16 and spare.global_ranks == () and spare.is_spare
+    assert spare.env_dict()["MESHRUN_NNODES"] == "2"
+    assert "nodes              : 3 (2 training, 1 spare)" in describe(spare)
+    assert "none yet: a spare, it takes a lost node's ranks" in describe(spare)
+    seated = plan({**env, "RANK": "1"}, Flags(spares="1"), GPU8_HOST)
+    assert seated.global_ranks == tuple(range(8, 16)) and not seated.is_spare
+    assert seated.source["spares"] == "--spares"
+
+
+@pytest.mark.parametrize("spares", ["2", "5"])
+def test_spares_that_leave_no_node_to_train_are_refused_with_the_node_count_to_give(spares):
+    from meshrun.errors import UsageError
+
+    with pytest.raises(UsageError) as info:
+        plan({}, Flags(nnodes="2", node_rank="0", master_addr="m", spares=spares), CPU_HOST)
+    assert info.value.code == "bad-spares"
+    assert f"--spares {spares} leaves no node to train: the job has 2 nodes" in str(info.value)
+    assert f"give --nnodes {2 + int(spares)}" in info.value.line()
+
+
 def test_topology_detect_records_every_platform_seen():
     topo = detect({"AZUREML_RUN_ID": "r", "NODE_RANK": "1", "WORLD_SIZE": "2",
                    "MASTER_ADDR": "h"})

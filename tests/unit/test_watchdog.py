@@ -163,10 +163,14 @@ def _job(nnodes: int = 2, clock=None, **kw):
         master.set(protocol.heartbeat_key(node), protocol.Heartbeat(0).encode())
     events: dict[int, list] = {n: [] for n in range(nnodes)}
     extra = {"clock": clock} if clock is not None else {}
+    if "notices" in kw:
+        extra["on_notice"] = kw["notices"].append
+    spares = kw.get("spares", 0)
     dogs = [Watchdog(host="127.0.0.1", port=master.port, node_rank=n, nnodes=nnodes,
-                     world_size=nnodes, hosts={r: f"h{r}" for r in range(nnodes)},
+                     world_size=nnodes - spares, hosts={r: f"h{r}" for r in range(nnodes)},
                      node_timeout=kw.get("node_timeout", 3.0), hang_timeout=0, interval=0.2,
-                     on_event=events[n].append, **extra) for n in range(nnodes)]
+                     on_event=events[n].append, spares=spares, **extra)
+            for n in range(nnodes)]
     return master, dogs, events
 
 
@@ -510,3 +514,85 @@ def test_no_hang_is_judged_once_some_nodes_workers_are_over():
         time.sleep(0.05)
     assert events[0] == [], [e.line for e in events[0]]
     dogs[0].stop("done")
+
+
+# -- spares (runtime/membership.py): node 0 decides, every node adopts -----------------------
+
+def test_a_lost_node_with_a_spare_left_is_a_takeover_every_node_adopts_not_a_stop():
+    """3 nodes, --spares 1: node 1 goes silent; node 0 gives its seat to spare node 2 in
+    epoch 1 and restarts (an event the launcher restarts for, not one that stops the job);
+    node 2 reads the watch and is seated; nothing is reported as the job's loss."""
+    from meshrun import protocol
+
+    clock = Clock()
+    master, dogs, events = _job(3, clock=clock, node_timeout=1.0, spares=1)
+    master.set(protocol.heartbeat_key(1), protocol.Heartbeat(5).encode())  # beat, then silent
+    for dog in (dogs[0], dogs[2]):
+        dog.begin()
+    _beats([dogs[0], dogs[2]], clock, 5.0, until=lambda: bool(events[0] and events[2]))
+    for node in (0, 2):
+        assert [(e.kind, e.node) for e in events[node]] == [("takeover", 1)]
+        assert dogs[node].event is None                 # the job goes on
+        assert dogs[node].members.seats == (0, 2) and dogs[node].members.epoch == 1
+    assert events[0][0].line.startswith(
+        "meshrun: node 1 (h1) is lost (last heartbeat 1.")
+    assert "spare node 2 takes its seat (rank 1); every node's workers restart from the " \
+        "newest checkpoint (membership epoch 1; 0 spares left)" in events[0][0].line
+    assert events[2][0].line == events[0][0].line       # one line, every node
+    watch = protocol.Watch.decode(master.get(protocol.WATCH))
+    assert watch.lost == () and watch.members["seats"] == [0, 2]
+    assert protocol.Watch.decode(master.get(protocol.WATCH)).members == \
+        __import__("json").loads(master.get(protocol.MEMBERS))   # for a node coming back
+    _beats([dogs[0], dogs[2]], clock, 2.0)
+    assert len(events[0]) == 1                          # decided once
+    dogs[2].stop("stopped")
+    dogs[0].stop("stopped")
+
+
+def test_a_lost_spare_is_only_reported_and_a_lost_node_then_stops_the_job():
+    from meshrun import protocol
+
+    clock = Clock()
+    notices: list = []
+    master, dogs, events = _job(3, clock=clock, node_timeout=1.0, spares=1, notices=notices)
+    master.set(protocol.heartbeat_key(2), protocol.Heartbeat(5).encode())  # the spare, silent
+    for dog in dogs[:2]:
+        dog.begin()
+    _beats(dogs[:2], clock, 3.0, until=lambda: bool(notices))
+    assert [n["kind"] for n in notices] == ["spare-lost"]
+    assert notices[0]["line"].startswith("meshrun: spare node 2 (h2) is lost") and \
+        notices[0]["line"].endswith("training goes on; 0 spares left")
+    assert events == {0: [], 1: [], 2: []} and dogs[0].members.spares == ()
+    dogs[1].stop("stopped")   # said goodbye: no loss; stop beating node 1 instead
+    dogs[0].stop("stopped")
+
+
+def test_a_node_replaced_while_frozen_stops_when_it_wakes_and_a_restarted_one_waits_as_a_spare():
+    """Node 1 is silent past the timeout (frozen): spare 2 takes its seat. When node 1's
+    watchdog beats again it reads that it was replaced and stops (REPLACED). Started again
+    (a new claim under its rank, as meshrun's join makes it), node 1 waits as a spare."""
+    from meshrun import protocol
+
+    clock = Clock()
+    notices: list = []
+    master, dogs, events = _job(3, clock=clock, node_timeout=1.0, spares=1, notices=notices)
+    master.set(protocol.node_key(1), protocol.NodeClaim("h1", 11, "aaaa").encode())
+    for dog in dogs:
+        dog.begin()
+    _beats(dogs, clock, 0.6)
+    _beats([dogs[0], dogs[2]], clock, 5.0, until=lambda: bool(events[0]))   # node 1 frozen
+    assert [e.kind for e in events[0]] == ["takeover"]
+    _beats([dogs[1]], clock, 0.2)                                            # it wakes
+    assert dogs[1].event is not None and dogs[1].event.kind == "replaced"
+    assert "node 1 was found lost and its seat was given away" in dogs[1].event.line
+    master.set(protocol.node_key(1), protocol.NodeClaim("h1b", 12, "bbbb").encode())
+    master.set(protocol.heartbeat_key(1), protocol.Heartbeat(0).encode())
+    _beats([dogs[0], dogs[2]], clock, 1.0, until=lambda: bool(notices))
+    assert [n["kind"] for n in notices] == ["node-returned"]
+    assert notices[0]["line"] == "meshrun: node 1 (h1b) is back and waits as a spare (1 spare now)"
+    assert dogs[0].members.spares == (1,) and dogs[0].members.lost == ()
+    _beats([dogs[0], dogs[2]], clock, 3.0)     # at beat 0: its first connection's grace
+    assert dogs[0].members.spares == (1,) and len(notices) == 1
+    dogs[1].stop("stopped")
+    dogs[2].stop("stopped")
+    dogs[0].stop("stopped")

@@ -37,7 +37,8 @@ def request(ctx: Context, *, max_restarts: int):
         node_flags += ["--set", f"recipe={a.recipe}"]
     return SimulateRequest(nodes=a.nodes, nproc_per_node=a.nproc_per_node,
                            master_port=a.master_port, run_id=a.run_id, log_dir=a.log_dir,
-                           join_timeout=a.join_timeout, max_restarts=max_restarts,
+                           join_timeout=a.join_timeout, spares=a.spares,
+                           max_restarts=max_restarts,
                            node_flags=tuple(node_flags))
 
 
@@ -48,7 +49,7 @@ class SimulateVerb(Verb):
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--nodes", metavar="N", required=True, help="simulated nodes")
         add_node_flags(parser, only=("--nproc-per-node", "--master-port", "--run-id",
-                                     "--log-dir", "--join-timeout"))
+                                     "--log-dir", "--join-timeout", "--spares"))
         add_watch_flags(parser)
         add_preflight_flags(parser)
         add_node_check_flag(parser)

@@ -10,7 +10,9 @@ from .model import LaunchPlan
 
 
 def rank_span(ranks: Sequence[int]) -> str:
-    """``0-7`` for a run of ranks, ``3`` for one."""
+    """``0-7`` for a run of ranks, ``3`` for one, ``""`` for none (a spare)."""
+    if not ranks:
+        return ""
     return f"{ranks[0]}-{ranks[-1]}" if len(ranks) > 1 else str(ranks[0])
 
 
@@ -30,15 +32,20 @@ def describe(plan: LaunchPlan) -> str:
     rows = [
         ("platform", plan.platform, ", ".join(plan.platforms[1:]) and
          "also seen: " + ", ".join(plan.platforms[1:])),
-        ("nodes", str(plan.nnodes), src.get("nnodes", "")),
+        ("nodes", str(plan.nnodes) + (f" ({plan.seated_nodes} training, {plan.spares} "
+                                       f"spare{'s' if plan.spares != 1 else ''})"
+                                       if plan.spares else ""),
+         src.get("nnodes", "") + (f"; spares: {src.get('spares', '')}" if plan.spares else "")),
         ("node rank", str(plan.node_rank), src.get("node_rank", "")),
         ("master", join_host_port(plan.master_addr, port),
          f"{src.get('master_addr', '')}; port: {src.get('master_port', '')}"),
         ("processes per node", str(plan.nproc_per_node), src.get("nproc_per_node", "")),
         ("devices", devices, ""),
         ("world size", str(plan.world_size),
-         f"{plan.nnodes} node{'s' if plan.nnodes != 1 else ''} x {plan.nproc_per_node}"),
-        ("global ranks", rank_text, f"on {plan.hostname}"),
+         f"{plan.seated_nodes} node{'s' if plan.seated_nodes != 1 else ''} x "
+         f"{plan.nproc_per_node}"),
+        ("global ranks", rank_text or "none yet: a spare, it takes a lost node's ranks",
+         f"on {plan.hostname}"),
         ("backend", plan.backend, src.get("backend", "")),
         ("run id", plan.run_id, src.get("run_id", "")),
         ("log dir", plan.log_dir, src.get("log_dir", "")),

@@ -85,10 +85,21 @@ class LaunchPlan:
     job: Any = None  # meshrun.job.JobConfig when a recipe, --config or --set is given
     # `meshrun simulate`: the workers of every simulated node on this host (0: a real node)
     simulated_workers: int = 0
+    # `--spares K`: the K highest node ranks start as hot spares (runtime/membership.py)
+    spares: int = 0
 
     @property
     def is_master(self) -> bool:
         return self.node_rank == 0
+
+    @property
+    def seated_nodes(self) -> int:
+        """The nodes that train at the start (the others wait as spares)."""
+        return self.nnodes - self.spares
+
+    @property
+    def is_spare(self) -> bool:
+        return self.node_rank >= self.seated_nodes
 
     def env_dict(self) -> dict[str, str]:
         return {var.name: var.value for var in self.env}

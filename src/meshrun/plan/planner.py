@@ -67,6 +67,8 @@ def make_plan(env: Mapping[str, str], flags: Flags, facts: HostFacts,
 
     nnodes, reading = _nnodes(topo, nproc, source)
     node_rank = _node_rank(topo, nnodes, source)
+    spares = _spares(topo, nnodes, source)
+    seated = nnodes - spares  # the nodes that train; the others wait as spares
     _one_agent_per_node(topo, nproc)
     master_addr = _master_addr(topo, nnodes, source, facts)
     master_port = _master_port(topo, nnodes, source)
@@ -79,7 +81,7 @@ def make_plan(env: Mapping[str, str], flags: Flags, facts: HostFacts,
                          else "no GPU visible: CPU workers with gloo")
     log_dir = f"{log_root.rstrip('/')}/{run_id}"
 
-    worker_env = _worker_env(env, visible, gpu_mode, nproc, nnodes, node_rank, run_id, backend,
+    worker_env = _worker_env(env, visible, gpu_mode, nproc, seated, node_rank, run_id, backend,
                              log_dir, threads_for(env, nproc, facts.cpus, simulated_workers,
                                                   nnodes))
     if facts.gpu_error:
@@ -98,22 +100,23 @@ def make_plan(env: Mapping[str, str], flags: Flags, facts: HostFacts,
         from ..job.config import resolve
 
         config = resolve(recipe_defaults=job.recipe_defaults, file_data=job.file_data,
-                         sets=job.sets, world_size=nnodes * nproc, nproc_per_node=nproc,
-                         nnodes=nnodes, run_id=run_id, config_path=job.config_path,
+                         sets=job.sets, world_size=seated * nproc, nproc_per_node=nproc,
+                         nnodes=seated, run_id=run_id, config_path=job.config_path,
                          flags=job.flags)
         worker_env += [EnvVar(name, value, "the resolved job config, for recipes and "
                               "meshrun.job.from_env") for name, value in config.to_env().items()]
         warnings += list(config.warnings)
     return LaunchPlan(
-        nnodes=nnodes, node_rank=node_rank, nproc_per_node=nproc, world_size=nnodes * nproc,
-        global_ranks=tuple(range(node_rank * nproc, (node_rank + 1) * nproc)),
+        nnodes=nnodes, node_rank=node_rank, nproc_per_node=nproc, world_size=seated * nproc,
+        global_ranks=tuple(range(node_rank * nproc, (node_rank + 1) * nproc))
+        if node_rank < seated else (),
         master_addr=master_addr, master_port=master_port, run_id=run_id, backend=backend,
         device="cuda" if gpu_mode else "cpu", visible_devices=tuple(visible),
         gpu_names=tuple(g.name for g in gpus), log_dir=log_dir, join_timeout=join_timeout,
         env=tuple(worker_env), source=source, platform=topo.platform, platforms=topo.platforms,
         world_size_reading=reading, hostname=facts.hostname, command=command,
         warnings=tuple(warnings), notes=tuple(notes), job=config,
-        simulated_workers=simulated_workers)
+        simulated_workers=simulated_workers, spares=spares)
 
 
 # --- devices -----------------------------------------------------------------------------
@@ -281,6 +284,23 @@ def _node_rank(topo: Topology, nnodes: int, source: dict[str, str]) -> int:
                          subject=rank.source, hint=hint, code="node-rank-out-of-range")
     source["node_rank"] = rank.source
     return rank.value
+
+
+def _spares(topo: Topology, nnodes: int, source: dict[str, str]) -> int:
+    """``--spares K``: the K highest node ranks wait as hot spares; at least one node trains."""
+    spares = topo.spares
+    if spares is None or spares.value == 0:
+        return 0
+    if spares.value >= nnodes:
+        raise UsageError(f"{_say(spares)} leaves no node to train: the job has {nnodes} "
+                         f"node{'s' if nnodes != 1 else ''} ({source['nnodes']}), spares "
+                         "included", subject=spares.source, code="bad-spares",
+                         hint=f"--nnodes counts every node the platform starts, spares "
+                              f"included: for {nnodes} training nodes and {spares.value} "
+                              f"spare{'s' if spares.value != 1 else ''} give --nnodes "
+                              f"{nnodes + spares.value}")
+    source["spares"] = spares.source
+    return spares.value
 
 
 def _one_agent_per_node(topo: Topology, nproc: int) -> None:

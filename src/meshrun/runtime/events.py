@@ -18,6 +18,8 @@ class EventKind(str, Enum):
     STORE_LOST = "store-lost"    # node 0, which hosts the store, went silent
     HANG = "hang"                # no rank progressed for --hang-timeout
     PEER_FAILED = "peer-failed"  # another node's workers failed: the job ends
+    TAKEOVER = "takeover"        # a spare took a lost node's seat: every seat restarts
+    REPLACED = "replaced"        # this node was found lost and its seat given away
 
     __str__ = str.__str__
 
@@ -48,6 +50,33 @@ def node_lost_line(node: int, host: str, age_s: float, *, store_host: bool = Fal
             if store_host else f"node {node} ({host}) is lost")
     how = "; its agent's connection closed without a goodbye (the process died)" if closed else ""
     return f"meshrun: {what}: last heartbeat {age_s:.1f} s ago{how}"
+
+
+def takeover_line(lost: int, host: str, age_s: float, spare: int, ranks: Sequence[int],
+                  epoch: int, *, closed: bool = False, spares_left: int = 0) -> str:
+    """A spare takes a lost node's seat (:mod:`meshrun.runtime.membership`)."""
+    how = ("its agent's connection closed without a goodbye (the process died)" if closed
+           else f"last heartbeat {age_s:.1f} s ago")
+    span = f"{ranks[0]}-{ranks[-1]}" if len(ranks) > 1 else (str(ranks[0]) if ranks else "")
+    left = f"{spares_left} spare{'s' if spares_left != 1 else ''} left"
+    return (f"meshrun: node {lost} ({host}) is lost ({how}); spare node {spare} takes its "
+            f"seat (rank{'s' if len(ranks) != 1 else ''} {span}); every node's workers restart "
+            f"from the newest checkpoint (membership epoch {epoch}; {left})")
+
+
+def spare_lost_line(node: int, host: str, age_s: float, spares_left: int) -> str:
+    return (f"meshrun: spare node {node} ({host}) is lost (last heartbeat {age_s:.1f} s ago); "
+            f"training goes on; {spares_left} spare{'s' if spares_left != 1 else ''} left")
+
+
+def returned_line(node: int, host: str, spares: int) -> str:
+    return (f"meshrun: node {node} ({host}) is back and waits as a spare "
+            f"({spares} spare{'s' if spares != 1 else ''} now)")
+
+
+def replaced_line(node: int, reason: str) -> str:
+    return (f"meshrun: node {node} was found lost and its seat was given away ({reason}); "
+            "stopping this node: start it again and it rejoins as a spare")
 
 
 def peer_failed_line(node: int, host: str, me: int, *, store_closed: bool = False) -> str:
@@ -97,10 +126,12 @@ def process_state(pid: int) -> str:
         return ""
 
 
-def restart_verdict(restarts_left: Mapping[int, int], nnodes: int) -> bool:
-    """Pure: restart after a hang only when every node answered the probe with a restart left
-    (a node without one would stop instead, and the others would wait for it in vain)."""
-    return all(restarts_left.get(node, 0) > 0 for node in range(nnodes))
+def restart_verdict(restarts_left: Mapping[int, int], nodes: int | Sequence[int]) -> bool:
+    """Pure: restart after a hang only when every seated node (``nodes``: their node ranks,
+    or a count for nodes 0..n-1) answered the probe with a restart left (a node without one
+    would stop instead, and the others would wait for it in vain). Spares run no workers."""
+    seated = range(nodes) if isinstance(nodes, int) else nodes
+    return all(restarts_left.get(node, 0) > 0 for node in seated)
 
 
 PROBE_REASONS = ("stopped", "no stack dump", "not in a collective")  # strongest first

@@ -34,7 +34,7 @@ from typing import Any
 from ..diagnose.lines import reads_like_error
 from ..errors import EXIT_STARTUP, MeshrunError, StartupError
 from ..plan import LaunchPlan, describe, ranks_phrase
-from .events import Goodbye
+from .events import EventKind, Goodbye
 from .logs import RANK_PREFIX, LogRouter, worker_logs_spec
 from .rendezvous import RDZV_BACKEND, Rounds, register_backend
 from .store import JobStore, join, open_store, say, store_errors
@@ -157,75 +157,129 @@ def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
     job = open_store(plan)
     try:
         with store_errors(plan, job.port, "waiting for the other nodes to join"):
-            join(job, plan)
-        if preflight:
-            _preflight(job, plan, require_paths)
+            members = join(job, plan)
+        if preflight:  # a node that came back into a running job: against node 0's alone
+            _preflight(job, plan, require_paths, late=members is not None)
         elif plan.nnodes > 1:
             say("preflight skipped (--no-preflight)")
         hosts = node_hosts(job, plan)
     finally:
         job.close_calls()
-    # torch's agent gives every worker a copy of this process's environment: the one place
-    # meshrun writes it, once, with what the workers need (nothing here reads it back).
+    # torch's agent gives every worker a copy of this process's environment: meshrun writes
+    # it here, with what the workers need, and again before each membership epoch's workers
+    # (nothing here reads it back).
     os.environ.update(worker_environment(plan, job.port))
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import LaunchConfig, launch_agent
+    from torch.distributed.launcher.api import launch_agent
 
-    rounds = Rounds()
+    rounds = Rounds(members)
     register_backend(job, plan, rounds)
     _quiet_agent_lines()
-    config = LaunchConfig(
-        min_nodes=plan.nnodes, max_nodes=plan.nnodes, nproc_per_node=plan.nproc_per_node,
-        run_id=plan.run_id, role="worker", rdzv_endpoint=f"{plan.master_addr}:{job.port}",
-        rdzv_backend=RDZV_BACKEND, rdzv_configs={"join_timeout": plan.join_timeout},
-        max_restarts=max_restarts, monitor_interval=0.1, start_method="spawn",
-        log_line_prefix_template=RANK_PREFIX,
-        logs_specs=worker_logs_spec(plan.log_dir, plan.node_rank),
-    )
-    say(f"starting {_workers(plan.nproc_per_node)}: {ranks_phrase(plan.global_ranks)} of "
-        f"{plan.world_size} "
-        f"({time.monotonic() - started:.1f} s after start)")
     dog = start_watchdog(job, plan, supervision, hosts, max_restarts, rounds)
     target = (["-m", plan.command.target] if plan.command.module
               else ["--", plan.command.target])
     status = Goodbye.FAILED
     _raise_on_signals()  # before the watchdog may SIGTERM us: torch's own handler comes later
+    reason = ""
     try:
-        with agent_running():  # the watchdog may SIGTERM this process only inside
-            launch_agent(config, sys.executable,
-                         ["-u", "-m", "meshrun.worker.bootstrap", *target, *plan.command.args])
-        status = Goodbye.DONE
-    except ChildFailedError as failed:
-        event = await_event(dog, supervision)
-        if event is not None:
-            status = Goodbye.STOPPED  # by the event: another node's cause, not this node's
-            return report_event(event)
-        return _report_failure(plan, failed)   # Goodbye.FAILED: the others stop for it
-    except SignalException as exc:
-        status = Goodbye.STOPPED
-        if dog.event is not None:
-            return report_event(dog.event)
-        STOPPED_BY_SIGNAL.set()
-        print(f"meshrun: node {plan.node_rank} stopped by {exc.sigval.name}; its workers "
-              "were stopped", file=sys.stderr, flush=True)
-        return 128 + int(exc.sigval)
-    except Exception as exc:  # the agent itself failed (rendezvous, store)
-        event = await_event(dog, supervision)  # a lost store host fails the agent first
-        if event is not None:
-            status = Goodbye.STOPPED
-            return report_event(event)
-        first = str(exc).strip().splitlines()
-        print(f"meshrun: error: the elastic agent on node {plan.node_rank} stopped: "
-              f"{type(exc).__name__}: {first[0] if first else ''}; fix: see "
-              f"{plan.log_dir}/node{plan.node_rank}.log", file=sys.stderr, flush=True)
-        return EXIT_STARTUP
+        while True:  # one pass per membership epoch this node holds a seat in
+            if not rounds.membership(plan).seated(plan.node_rank):
+                code = _wait_for_seat(plan, dog, rounds)
+                if code is not None:
+                    status = Goodbye.DONE if code == 0 else Goodbye.STOPPED
+                    return code
+            members = rounds.membership(plan)
+            os.environ.update(epoch_environment(members, reason))
+            ranks = members.ranks_of(plan.node_rank, plan.nproc_per_node)
+            say(f"starting {_workers(plan.nproc_per_node)}: {ranks_phrase(ranks)} of "
+                f"{plan.world_size} ({time.monotonic() - started:.1f} s after start"
+                + (f"; membership epoch {members.epoch}" if members.epoch else "") + ")")
+            try:
+                with agent_running():  # the watchdog may SIGTERM this process only inside
+                    launch_agent(_agent_config(plan, job, max_restarts), sys.executable,
+                                 ["-u", "-m", "meshrun.worker.bootstrap", *target,
+                                  *plan.command.args])
+                status = Goodbye.DONE
+                break
+            except ChildFailedError as failed:
+                event = await_event(dog, supervision, epoch=members.epoch)
+                if event is not None and event.kind == EventKind.TAKEOVER:
+                    reason = f"takeover: {event.line.removeprefix('meshrun: ')}"
+                    continue  # a spare took a lost node's seat: the next epoch
+                if event is not None:
+                    status = Goodbye.STOPPED  # by the event: another node's cause, not this node's
+                    return report_event(event)
+                return _report_failure(plan, failed)   # Goodbye.FAILED: the others stop for it
+            except SignalException as exc:
+                status = Goodbye.STOPPED
+                if dog.event is not None:
+                    return report_event(dog.event)
+                STOPPED_BY_SIGNAL.set()
+                print(f"meshrun: node {plan.node_rank} stopped by {exc.sigval.name}; its "
+                      "workers were stopped", file=sys.stderr, flush=True)
+                return 128 + int(exc.sigval)
+            except Exception as exc:  # the agent itself failed (rendezvous, store)
+                event = await_event(dog, supervision, epoch=members.epoch)  # a lost store
+                if event is not None and event.kind == EventKind.TAKEOVER:   # host fails the
+                    reason = f"takeover: {event.line.removeprefix('meshrun: ')}"  # agent first
+                    continue
+                if event is not None:
+                    status = Goodbye.STOPPED
+                    return report_event(event)
+                first = str(exc).strip().splitlines()
+                print(f"meshrun: error: the elastic agent on node {plan.node_rank} stopped: "
+                      f"{type(exc).__name__}: {first[0] if first else ''}; fix: see "
+                      f"{plan.log_dir}/node{plan.node_rank}.log", file=sys.stderr, flush=True)
+                return EXIT_STARTUP
     finally:
         dog.stop(status)
     say(f"{'all ' if plan.nproc_per_node > 1 else ''}{_workers(plan.nproc_per_node)} of node "
         f"{plan.node_rank} finished successfully; "
         f"logs in {plan.log_dir}")
     return 0
+
+
+def _agent_config(plan: LaunchPlan, job: JobStore, max_restarts: int) -> Any:
+    """torchrun's launch config for this node's agent: meshrun's rendezvous
+    (:mod:`meshrun.runtime.rendezvous`), one agent per membership epoch (``--max-restarts``
+    counts within an epoch: a spare's take-over starts the count again)."""
+    from torch.distributed.launcher.api import LaunchConfig
+
+    return LaunchConfig(
+        min_nodes=plan.seated_nodes, max_nodes=plan.seated_nodes,
+        nproc_per_node=plan.nproc_per_node,
+        run_id=plan.run_id, role="worker", rdzv_endpoint=f"{plan.master_addr}:{job.port}",
+        rdzv_backend=RDZV_BACKEND, rdzv_configs={"join_timeout": plan.join_timeout},
+        max_restarts=max_restarts, monitor_interval=0.1, start_method="spawn",
+        log_line_prefix_template=RANK_PREFIX,
+        logs_specs=worker_logs_spec(plan.log_dir, plan.node_rank),
+    )
+
+
+def _wait_for_seat(plan: LaunchPlan, dog: Any, rounds: Rounds, poll: float = 0.1) -> int | None:
+    """A spare waits (heartbeating: its watchdog runs) until the membership gives it a seat
+    (None: start the workers), or the job ends: 0 once node 0 said it finished, else the
+    exit code of the event that ended it."""
+    members = rounds.membership(plan)
+    say(f"node {plan.node_rank} waits as a spare ({len(members.spares)} of them): it takes "
+        "the seat of a node that is lost, and starts no worker until then")
+    while True:
+        if rounds.membership(plan).seated(plan.node_rank):
+            return None
+        if dog.event is not None:
+            return report_event(dog.event)
+        if dog.goodbyes.get(0) == Goodbye.DONE:
+            say(f"the job finished; spare node {plan.node_rank} was not needed")
+            return 0
+        time.sleep(poll)
+
+
+def epoch_environment(members: Any, reason: str) -> dict[str, str]:
+    """What the workers of a membership epoch learn of it (their RANK, WORLD_SIZE and
+    GROUP_RANK come from torch's agent, from the seat)."""
+    return {"MESHRUN_MEMBERSHIP_EPOCH": str(members.epoch),
+            "MESHRUN_RESTART_REASON": reason}
 
 
 def worker_environment(plan: LaunchPlan, store_port: int) -> dict[str, str]:
@@ -240,8 +294,11 @@ def _workers(count: int) -> str:
     return f"{count} worker{'s' if count != 1 else ''}"
 
 
-def _preflight(job: JobStore, plan: LaunchPlan, require_paths: tuple[str, ...]) -> None:
-    """Compare this node with the others before any worker starts (see meshrun.runtime.preflight)."""
+def _preflight(job: JobStore, plan: LaunchPlan, require_paths: tuple[str, ...], *,
+               late: bool = False) -> None:
+    """Compare this node with the others before any worker starts (see
+    meshrun.runtime.preflight). ``late``: this node came back into a running job; it is
+    compared with node 0's fingerprint alone (the others compared theirs at the start)."""
     from . import preflight
 
     started = time.monotonic()
@@ -257,12 +314,14 @@ def _preflight(job: JobStore, plan: LaunchPlan, require_paths: tuple[str, ...]) 
     mine = preflight.fingerprint(plan, require_paths=require_paths, ib_devices=hcas,
                                  interface=env.get("GLOO_SOCKET_IFNAME", "").lstrip("="))
     with store_errors(plan, job.port, "comparing the nodes (preflight)"):
-        verdict = preflight.exchange(job.calls, plan, mine,
-                                     timeout_s=min(plan.join_timeout, 120))
+        verdict = (preflight.against_node_0(job.calls, plan, mine) if late else
+                   preflight.exchange(job.calls, plan, mine,
+                                      timeout_s=min(plan.join_timeout, 120)))
     for warning in verdict.warnings:
         say(f"warning: {warning}")
     preflight.check(verdict)
-    say(f"preflight: {plan.nnodes} nodes agree on code, versions, packages and devices "
+    who = "this node and node 0 agree" if late else f"{plan.nnodes} nodes agree"
+    say(f"preflight: {who} on code, versions, packages and devices "
         f"({time.monotonic() - started:.2f} s)")
 
 

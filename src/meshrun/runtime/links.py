@@ -81,6 +81,8 @@ class Hub(threading.Thread):
                     rank = _HEADER.unpack(header[:_HEADER.size])[0]
                     with self._lock:
                         self._conns[rank] = sock
+                        self.died.pop(rank, None)  # a node that came back (a new process)
+                        self.goodbyes.pop(rank, None)
                     self._selector.modify(sock, selectors.EVENT_READ, rank)
                     data = header[_HEADER.size:]
                     if not data:
@@ -125,6 +127,12 @@ class Hub(threading.Thread):
         """rank -> when its link closed without a goodbye."""
         with self._lock:
             return dict(self.died)
+
+    def forget(self, rank: int) -> None:
+        """The node came back as a new process: its old link's death is history."""
+        with self._lock:
+            self.died.pop(rank, None)
+            self.goodbyes.pop(rank, None)
 
     def close(self, goodbye: str) -> None:
         """Node 0 ends: one byte (its goodbye) on every link, then close them all."""

@@ -417,6 +417,18 @@ def exchange(store: Any, plan: LaunchPlan, mine: Mapping[str, Any], *,
     return verdict
 
 
+def against_node_0(store: Any, plan: LaunchPlan, mine: Mapping[str, Any]) -> Verdict:
+    """A node that came back into a running job (:func:`meshrun.runtime.store.join`): its
+    fingerprint against node 0's, published at the start (no clock offsets: node 0 is busy
+    training, not waiting for this node)."""
+    store.set(protocol.fingerprint_key(plan.node_rank), json.dumps(mine))
+    key = protocol.fingerprint_key(0)
+    if not store.check([key]):
+        return Verdict(warnings=("node 0 published no fingerprint (it ran with "
+                                 "--no-preflight): this node was not compared",))
+    return compare({0: json.loads(store.get(key)), plan.node_rank: dict(mine)})
+
+
 def check(verdict: Verdict) -> None:
     """Raise the one-line StartupError (exit 3) for a mismatch; the table is printed first."""
     if verdict.ok:

@@ -11,12 +11,18 @@ with the rank its platform gave it; nothing is left to negotiate. A round is:
 2. every node counts itself in ``meshrun/round/<r>/arrived``; the last one sets
    ``meshrun/round/<r>/ready``; every node waits for that (in one-second slices: a signal
    is handled between them, and a node that already said goodbye ends the wait at once);
-3. the round's answer: this node's rank is its node rank, the world is every node, the
-   workers' store is the round's server (``use_agent_store``: every worker is a client of
+3. the round's answer: this node's group rank is its seat in the job's membership
+   (:mod:`meshrun.runtime.membership`: its node rank, unless it is a spare that took a lost
+   node's seat), the world is every seated node, the workers' store is the round's server (``use_agent_store``: every worker is a client of
    it, so a restarted attempt never reads a key the previous one left), and torch's agent
    keeps its own keys (worker ranks, the exit barrier) under ``meshrun/round/<r>/``.
 
-Global ranks are exactly the plan's: node k runs ranks k*nproc .. k*nproc+nproc-1.
+Global ranks follow the seats: seat s runs ranks s*nproc .. s*nproc+nproc-1 (without spares,
+seat k is node k, as the plan says). Spares do not arrive until they hold a seat.
+
+A spare's take-over (node 0's watchdog decides it: a new membership epoch, with ``round``
+the round its seats meet in): every seated node's workers are restarted into that round;
+a round is ready once as many nodes arrived as there are seats.
 
 Restarts (``--max-restarts``, hang restarts): a node whose workers failed starts round
 r + 1 on its own; node 0's watchdog sees the arrival and says so in its watch
@@ -34,6 +40,7 @@ from typing import Any
 
 from .. import protocol
 from ..plan import LaunchPlan
+from .membership import Membership
 from .store import CALL_S, BoundedStore, JobStore
 
 RDZV_BACKEND = "meshrun-pinned"
@@ -42,14 +49,21 @@ _SLICE_S = 1.0
 
 class Rounds:
     """The rounds, as this node knows them: the one its workers run in (``current``) and
-    the newest any node has arrived at (``wanted``, kept by the watchdog), and the goodbyes
-    the watchdog has read (a node that ended cannot join another round)."""
+    the newest any node has arrived at (``wanted``, kept by the watchdog), the goodbyes
+    the watchdog has read (a node that ended cannot join another round), and the job's
+    membership (``members``: node 0's watchdog decides it, every watchdog keeps it here)."""
 
-    def __init__(self) -> None:
+    def __init__(self, members: Membership | None = None) -> None:
         self.current = -1
         self.wanted = 0
         self.goodbyes: dict[int, str] = {}
+        self.members = members  # None: the plan's (no spare has taken a seat)
         self.lock = threading.Lock()
+
+    def membership(self, plan: LaunchPlan) -> Membership:
+        with self.lock:
+            members = self.members
+        return members or Membership.initial(plan.nnodes, plan.spares)
 
 
 class RoundError(Exception):
@@ -70,25 +84,35 @@ def next_round(calls: Any, plan: LaunchPlan, rounds: Rounds, *,
     """Arrive at this node's next round and wait for every node; returns (the round, the
     workers' endpoint). ``host_workers()`` (node 0) starts the round's worker store and
     returns its endpoint. Raises :class:`RoundError` when the round cannot form."""
+    members = rounds.membership(plan)
     with rounds.lock:
-        rnd = rounds.current + 1
+        rnd = max(rounds.current + 1, members.round)
+    if not members.seated(plan.node_rank):
+        raise RoundError(f"node {plan.node_rank} holds no seat in the job "
+                         f"({members.role(plan.node_rank)} in membership epoch {members.epoch})")
+    seats = len(members.seats)
     if plan.is_master:
         endpoint = host_workers()
         calls.set(protocol.round_workers_key(rnd), endpoint.encode())
     arrived = int(calls.add(protocol.round_arrived_key(rnd), 1))
-    if arrived >= plan.nnodes:
+    if arrived >= seats:
         calls.set(protocol.round_ready_key(rnd), "1")
     deadline = clock() + plan.join_timeout
     ready = [protocol.round_ready_key(rnd)]
     while not calls.check(ready):
-        ended = sorted(n for n in dict(rounds.goodbyes) if n != plan.node_rank)
+        members = rounds.membership(plan)
+        ended = sorted(n for n in dict(rounds.goodbyes)
+                       if n != plan.node_rank and members.seated(n))
         if ended and rnd > 0:
             raise RoundError(
                 f"restart round {rnd} cannot gather every node: node(s) "
                 f"{', '.join(map(str, ended))} already ended")
+        if not members.seated(plan.node_rank):
+            raise RoundError(f"node {plan.node_rank} lost its seat while waiting for round "
+                             f"{rnd} ({members.reason or 'membership epoch ' + str(members.epoch)})")
         if clock() >= deadline:
             count = int(calls.add(protocol.round_arrived_key(rnd), 0))
-            raise RoundError(f"rendezvous round {rnd}: only {count} of {plan.nnodes} nodes "
+            raise RoundError(f"rendezvous round {rnd}: only {count} of {seats} nodes "
                              f"arrived within {plan.join_timeout} s")
         try:
             calls.wait(ready, timedelta(seconds=_SLICE_S))
@@ -99,6 +123,13 @@ def next_round(calls: Any, plan: LaunchPlan, rounds: Rounds, *,
         rounds.current = rnd
         rounds.wanted = max(rounds.wanted, rnd)
     return rnd, endpoint
+
+
+def seat_and_world(plan: LaunchPlan, rounds: Rounds) -> tuple[int, int]:
+    """This node's group rank and the number of seats, as the membership says now."""
+    members = rounds.membership(plan)
+    seat = members.seat_of(plan.node_rank)
+    return (plan.node_rank if seat is None else seat), len(members.seats)
 
 
 def _handler(job: JobStore, plan: LaunchPlan, rounds: Rounds) -> Any:
@@ -140,7 +171,8 @@ def _handler(job: JobStore, plan: LaunchPlan, rounds: Rounds) -> Any:
             except RoundError as exc:
                 raise RendezvousClosedError(str(exc)) from None
             store = PrefixStore(protocol.round_prefix(rnd), job.store)
-            return RendezvousInfo(store, plan.node_rank, plan.nnodes,
+            seat, world = seat_and_world(plan, rounds)
+            return RendezvousInfo(store, seat, world,
                                   RendezvousStoreInfo(endpoint.host, endpoint.port))
 
         def is_closed(self) -> bool:

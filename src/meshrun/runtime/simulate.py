@@ -53,6 +53,7 @@ class SimulateRequest:
     run_id: str | None = None
     log_dir: str | None = None
     join_timeout: str | None = None
+    spares: str | None = None
     max_restarts: int = 0
     node_flags: tuple[str, ...] = ()
 
@@ -65,7 +66,8 @@ def node_argv(request: SimulateRequest, cmd: Command, nodes: int, rank: int, por
             "--run-id", run_id, "--max-restarts", str(request.max_restarts),
             "--simulated-workers", str(workers)]
     for flag, value in (("--nproc-per-node", request.nproc_per_node),
-                        ("--log-dir", request.log_dir), ("--join-timeout", request.join_timeout)):
+                        ("--log-dir", request.log_dir), ("--join-timeout", request.join_timeout),
+                        ("--spares", request.spares)):
         if value is not None:
             argv += [flag, str(value)]
     argv += request.node_flags
@@ -90,7 +92,8 @@ def simulate(env: Mapping[str, str], cmd: Command, request: SimulateRequest, *,
     host = facts.collect(env)
     flags = Flags(nnodes=str(nodes), node_rank="0", master_addr="127.0.0.1",
                   master_port=str(port), run_id=run_id, nproc_per_node=request.nproc_per_node,
-                  log_dir=request.log_dir, join_timeout=request.join_timeout)
+                  log_dir=request.log_dir, join_timeout=request.join_timeout,
+                  spares=request.spares)
     nproc = make_plan(env, flags, host, cmd, job, simulated_workers=nodes).nproc_per_node
     workers = nodes * nproc
     plan = make_plan(env, flags, host, cmd, job, simulated_workers=workers)  # node 0's

@@ -31,6 +31,7 @@ from .. import protocol
 from ..errors import StartupError
 from ..plan import LaunchPlan
 from ..topology.address import join_host_port
+from .membership import Membership
 
 _ATTEMPT_S = 5.0
 CALL_S = 15.0  # the longest one of meshrun's own calls may take (join, preflight, hosts)
@@ -174,13 +175,25 @@ def _check_run(store: Any, plan: LaunchPlan, where: str) -> None:
                                      "--run-id on all nodes of one job")
 
 
-def join(job: JobStore, plan: LaunchPlan, *, clock: Callable[[], float] = time.monotonic) -> None:
-    """Claim this node's rank and wait until every node has joined (every call bounded)."""
+def join(job: JobStore, plan: LaunchPlan, *,
+         clock: Callable[[], float] = time.monotonic) -> Membership | None:
+    """Claim this node's rank and wait until every node has joined (every call bounded).
+
+    A node the running job has found lost (its platform started it again with the same
+    rank) takes its claim back and returns the job's membership (it will wait as a spare:
+    :mod:`meshrun.runtime.membership`); a normal join returns None."""
     store = job.calls
     me = protocol.NodeClaim(plan.hostname, os.getpid(), uuid.uuid4().hex[:8]).encode()
     key = protocol.node_key(plan.node_rank)
     holder = protocol.text(store.compare_set(key, "", me))
     if holder != me:
+        members = _lost_here(store, plan.node_rank)
+        if members is not None:
+            store.set(key, me)
+            store.set(protocol.heartbeat_key(plan.node_rank), protocol.Heartbeat(0).encode())
+            say(f"node {plan.node_rank} was lost earlier in this job and comes back: it "
+                f"waits as a spare (membership epoch {members.epoch})")
+            return members
         raise StartupError(
             f"node rank {plan.node_rank} is already taken by "
             f"{protocol.NodeClaim.decode(holder).who()}: two nodes "
@@ -190,7 +203,7 @@ def join(job: JobStore, plan: LaunchPlan, *, clock: Callable[[], float] = time.m
     joined = store.add(protocol.JOINED, 1)
     where = join_host_port(plan.master_addr, job.port)
     if plan.nnodes == 1:
-        return
+        return None
     deadline = clock() + plan.join_timeout
     shown, last_note = -1, clock()
     while True:
@@ -203,7 +216,7 @@ def join(job: JobStore, plan: LaunchPlan, *, clock: Callable[[], float] = time.m
                     hint="two jobs share this master address and port, or the node count is "
                          "wrong on some node")
             say(f"all {plan.nnodes} nodes joined")
-            return
+            return None
         now = clock()
         if joined != shown or now - last_note >= 10:
             say(f"waiting for nodes: {joined}/{plan.nnodes} joined (store {where})")
@@ -218,6 +231,17 @@ def join(job: JobStore, plan: LaunchPlan, *, clock: Callable[[], float] = time.m
                 hint=f"start meshrun on the missing nodes with --master-addr {plan.master_addr} "
                      f"--master-port {job.port}, and check they can reach it")
         time.sleep(0.2)
+
+
+def _lost_here(store: Any, node: int) -> Membership | None:
+    """The job's membership, if it lists ``node`` as lost (None otherwise)."""
+    if not store.check([protocol.MEMBERS]):
+        return None
+    try:
+        members = Membership.decode(store.get(protocol.MEMBERS))
+    except (ValueError, TypeError, KeyError):
+        return None
+    return members if node in members.lost else None
 
 
 @contextlib.contextmanager

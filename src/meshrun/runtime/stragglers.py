@@ -54,6 +54,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from .. import protocol
+from .supervision import Supervision
+
+_DEFAULTS = Supervision()
 
 _WARMUP_STEPS = 5     # steps each rank takes before its timings count
 _WARMUP_REPORTS = 2   # reports with timings each rank sends before its timings count
@@ -155,8 +158,9 @@ class Stragglers:
     nnodes: int
     nproc: int
     hosts: Mapping[int, str] = field(default_factory=dict)
-    factor: float = 1.25
-    window: float = 30.0
+    factor: float = _DEFAULTS.slow_factor   # the one default: Supervision's
+    window: float = _DEFAULTS.slow_window
+    seats: tuple[int, ...] = ()  # seat -> node (meshrun.runtime.membership); () = node k
 
     def __post_init__(self) -> None:
         self._ranks: dict[int, _Rank] = {}
@@ -164,7 +168,15 @@ class Stragglers:
         self.totals: dict[int, _Totals] = {}
 
     def node_of(self, rank: int) -> int:
-        return rank // max(1, self.nproc)
+        seat = rank // max(1, self.nproc)
+        return self.seats[seat] if seat < len(self.seats) else seat
+
+    def reseat(self, seats: tuple[int, ...]) -> None:
+        """A spare took a lost node's seat: ranks now run on ``seats``; every rank's
+        figures start again (the workers restarted), the run's totals stay."""
+        self.seats = tuple(seats)
+        self._ranks.clear()
+        self._named.clear()
 
     def observe(self, now: float, values: Mapping[int, str]) -> list[Notice]:
         """One beat: every rank's progress value as read (``""`` for none)."""

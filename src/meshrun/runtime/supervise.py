@@ -88,7 +88,17 @@ def start_watchdog(job: JobStore, plan: LaunchPlan, supervision: Supervision,
 
     def on_event(event) -> None:
         print(event.line, file=sys.stderr, flush=True)
+        if event.kind == EventKind.TAKEOVER:
+            # a spare took a lost node's seat: this node's workers of the epoch before (if it
+            # ran any, and not already those of the new epoch's round) restart from the
+            # newest checkpoint in the new epoch's round (the launcher's loop)
+            if rounds is None or rounds.current < rounds.membership(plan).round:
+                for pid in procs.worker_pids().values():
+                    procs.send(pid, signal.SIGKILL)
+            return
         if event.restart:
+            if not event.pids:
+                return  # a spare: no worker of its own to restart
             used = max_restarts - restarts_left()
             print(f"meshrun: restarting node {plan.node_rank}'s workers after the hang "
                   f"(restart {used + 1} of {max_restarts}); they resume through the "
@@ -119,8 +129,9 @@ def start_watchdog(job: JobStore, plan: LaunchPlan, supervision: Supervision,
     if plan.node_rank == 0 and supervision.slow_window > 0:
         from .stragglers import Stragglers
 
-        slow = Stragglers(plan.nnodes, plan.nproc_per_node, hosts,
-                          factor=supervision.slow_factor, window=supervision.slow_window)
+        slow = Stragglers(plan.seated_nodes, plan.nproc_per_node, hosts,
+                          factor=supervision.slow_factor, window=supervision.slow_window,
+                          seats=tuple(range(plan.seated_nodes)))
         if plan.world_size == 1:  # say so rather than guess
             print("meshrun: slow-node check: one rank, nobody to compare it with: off",
                   file=sys.stderr, flush=True)
@@ -147,7 +158,7 @@ def start_watchdog(job: JobStore, plan: LaunchPlan, supervision: Supervision,
                    interval=supervision.beat, on_event=on_event, local_pids=procs.worker_pids,
                    restarts_left=restarts_left, log_dir=plan.log_dir, rounds=rounds,
                    send_signal=procs.send, slow=slow, on_notice=on_notice,
-                   on_summary=on_summary)
+                   on_summary=on_summary, spares=plan.spares)
     dog.start()
     return dog
 
@@ -207,14 +218,27 @@ def write_atomically(path: str, text: str) -> None:
         pass
 
 
-def await_event(dog, supervision: Supervision, poll: float = 0.1):
+def await_event(dog, supervision: Supervision, poll: float = 0.1, *, epoch: int | None = None):
     """After a worker failure: was a node lost? The watchdog now counts ``suspicion``
     seconds of silence as lost (:meth:`Watchdog.suspect`); wait until it says so, or every
     node's workers are over (each node counts itself in ``meshrun/ended`` when its workers
     end: a node that counted itself was not lost), or every other node has said goodbye, or
     that time (plus two beats) has passed: then every other node is alive and the failure
     is the workers' own. When every node failed, the last one to fail ends the wait for all,
-    within a poll."""
+    within a poll.
+
+    ``epoch``: the membership epoch the failed workers ran in. A newer one (a spare took a
+    lost node's seat, before or during the wait) is the answer: its event is returned (kind
+    ``takeover``) and the launcher starts the workers again."""
+    epoch = dog.members.epoch if epoch is None else epoch
+
+    def changed():
+        if dog.members.epoch > epoch and dog.changes:
+            return dog.changes[-1]
+        return None
+
+    if changed() is not None:
+        return changed()
     suspicion = supervision.suspicion
     dog.suspect(suspicion)
     dog.mark_ended()
@@ -222,11 +246,13 @@ def await_event(dog, supervision: Supervision, poll: float = 0.1):
     while time.monotonic() < deadline:
         if dog.event is not None:
             return dog.event
+        if changed() is not None:
+            return changed()
         dog.mark_ended()  # again until it is counted (the store may have been reconnecting)
         if dog.all_ended() or dog.others_done():
             return None
         time.sleep(poll)
-    return dog.event
+    return dog.event or changed()
 
 
 def report_event(event) -> int:

@@ -80,9 +80,15 @@ from .events import (
     node_lost_line,
     peer_failed_line,
     process_state,
+    replaced_line,
     restart_verdict,
+    returned_line,
+    spare_lost_line,
+    takeover_line,
 )
+from .membership import Change, Membership, after_loss, after_return
 from .store import BoundedStore, CallTimeout, StoreConnect
+from .supervision import Supervision
 
 
 def _size(path: str) -> int:
@@ -121,7 +127,7 @@ def _never_beat(value: str) -> bool:
 class Watchdog(threading.Thread):
     def __init__(self, *, host: str, port: int, node_rank: int, nnodes: int, world_size: int,
                  hosts: Mapping[int, str], node_timeout: float, hang_timeout: float,
-                 interval: float = 1.0, on_event: Callable[[Event], None],
+                 interval: float = Supervision().beat, on_event: Callable[[Event], None],
                  local_pids: Callable[[], Mapping[int, int]] = dict,
                  restarts_left: Callable[[], int] = lambda: 0, log_dir: str = ".",
                  rounds: Any = None,
@@ -130,6 +136,7 @@ class Watchdog(threading.Thread):
                  on_notice: Callable[[dict], None] = lambda record: None,
                  on_summary: Callable[..., None] = lambda summary, final=False: None,
                  clock: Callable[[], float] = time.monotonic,
+                 spares: int = 0,
                  ) -> None:
         super().__init__(name="meshrun-watchdog", daemon=True)
         self.host, self.port = host, port
@@ -163,7 +170,6 @@ class Watchdog(threading.Thread):
         self._patience = max(2.0, interval * 3)  # how long one store call may take
         self._beat = 0
         self._local_failure = False      # this node's workers failed (see suspect())
-        self._ended = False              # this node counted itself in ENDED
         # node 0: every node's last heartbeat value and when it changed
         self._seen: dict[int, tuple[str, float]] = {}
         self._lost: list[tuple[int, float]] = []
@@ -181,6 +187,17 @@ class Watchdog(threading.Thread):
         self._progress_seen: dict[int, tuple[str, float]] = {}
         self._hang: dict[str, Any] | None = None  # node 0: the hang in hand
         self._present: set[str] = set()  # key groups known to exist (multi_get is safe)
+        # membership (meshrun.runtime.membership): node 0 decides it, the others adopt it
+        self.members = (rounds.members if rounds is not None else None) \
+            or Membership.initial(nnodes, spares)
+        if rounds is not None:
+            with rounds.lock:
+                rounds.members = self.members
+        self._elastic = spares > 0 or self.members.epoch > 0  # publish the membership
+        self.nproc = max(1, world_size // max(1, len(self.members.seats)))
+        self.changes: list[Event] = []   # membership changes this node restarted for
+        self._claims: dict[int, bytes] = {}  # node 0: a lost node's claim (to see it return)
+        self._ended_in = -1              # the membership epoch this node counted itself ended in
 
     # -- lifecycle --------------------------------------------------------------------------
     def stop(self, status: Goodbye = Goodbye.DONE) -> None:
@@ -321,23 +338,29 @@ class Watchdog(threading.Thread):
                 if beat.goodbye:
                     self.goodbyes[rank] = Goodbye.read(beat.goodbye.encode())
         if not self._lost:
+            if self.members.lost:
+                self._returns(store, now)
             dead = self._hub.dead() if self._hub is not None else {}
             for rank in range(1, self.nnodes):
+                if rank in self.members.lost:
+                    continue
                 value, since = self._seen.get(rank, ("", started))
                 age = now - since
                 # a node that has not beaten yet may still be making its first connection
                 limit = self._limit + (_FIRST_CONNECT_S if _never_beat(value) else 0.0)
-                if rank not in self.goodbyes and (age >= limit or rank in dead):
-                    self._lost.append((rank, age))
-                    if rank in dead:
-                        self._closed.add(rank)
+                left = rank in self.members.spares and rank in self.goodbyes  # a spare ended
+                if left or (rank not in self.goodbyes and (age >= limit or rank in dead)):
+                    self._lose(store, rank, age, closed=rank in dead)
+                    if self._lost:
+                        break
         if not self._lost and (self.hang_timeout > 0 or self.slow is not None):
             values = self._progress_values(store) if self.slow is not None or \
                 self._hang is None else {}
             # once some node's workers are over (this one's, or another said goodbye) the
             # job is ending: what is left (rank 0 saving or uploading with no collective)
             # is no hang
-            if self.hang_timeout > 0 and not self._ended and not self.goodbyes:
+            if self.hang_timeout > 0 and self._ended_in != self.members.epoch and \
+                    not any(self.members.seated(n) for n in self.goodbyes):
                 self._judge_hang(store, now, values)
             if self.slow is not None:
                 try:
@@ -351,6 +374,114 @@ class Watchdog(threading.Thread):
             return Event(EventKind.NODE_LOST, node_lost_line(
                 rank, self.hosts.get(rank, "?"), age, closed=rank in self._closed), node=rank)
         return self._peer_failed() or self._act_on_hang(store)
+
+    # -- membership (node 0 decides: meshrun.runtime.membership) --------------------------
+    def _lose(self, store: BoundedStore, rank: int, age: float, *, closed: bool) -> None:
+        """Node 0: ``rank`` is lost (or a spare left). Fatal without a spare (``_lost``);
+        a spare lost is reported; a seated node's seat goes to a spare and every seated
+        node restarts its workers into the new epoch."""
+        current = self.rounds.current if self.rounds is not None else -1
+        members, change = after_loss(self.members, rank, next_round=current + 1)
+        if change == Change.FATAL:
+            self._lost.append((rank, age))
+            if closed:
+                self._closed.add(rank)
+            return
+        if change == Change.KNOWN:
+            return
+        host = self.hosts.get(rank, "?")
+        self._claims[rank] = self._claim(store, rank)
+        if change == Change.SPARE_LOST:
+            self._set_members(store, members)
+            self.on_notice({"kind": "spare-lost", "node": rank, "line": spare_lost_line(
+                rank, host, age, len(members.spares))})
+            return
+        seat = self.members.seat_of(rank)
+        assert seat is not None  # after_loss decided a take-over of a seated node
+        spare = members.seats[seat]
+        line = takeover_line(rank, host, age, spare, members.ranks_of(spare, self.nproc),
+                             members.epoch, closed=closed, spares_left=len(members.spares))
+        from dataclasses import replace
+
+        self._set_members(store, replace(members, reason=line))
+        self._restart_for(Event(EventKind.TAKEOVER, line, node=rank), store)
+
+    def _returns(self, store: BoundedStore, now: float) -> None:
+        """Node 0: a lost node whose claim changed was started again: it waits as a spare."""
+        for rank in self.members.lost:
+            claim = self._claim(store, rank)
+            if not claim or claim == self._claims.get(rank):
+                continue
+            self._claims.pop(rank, None)
+            self._set_members(store, after_return(self.members, rank))
+            self._seen.pop(rank, None)
+            self.goodbyes.pop(rank, None)
+            if self._hub is not None:
+                self._hub.forget(rank)
+            try:
+                self.hosts[rank] = protocol.NodeClaim.decode(claim).host
+            except ValueError:
+                pass
+            self.on_notice({"kind": "node-returned", "node": rank, "line": returned_line(
+                rank, self.hosts.get(rank, "?"), len(self.members.spares))})
+            self._seen[rank] = ("", now)
+
+    def _claim(self, store: BoundedStore, rank: int) -> bytes:
+        key = protocol.node_key(rank)
+        return bytes(store.get(key)) if store.check([key]) else b""
+
+    def _set_members(self, store: BoundedStore | None, members: Membership) -> None:
+        """Node 0: the new membership, for the rendezvous (``rounds``), the rejoin and the
+        watch; the others: what node 0 published."""
+        self.members = members
+        self._elastic = True
+        if self.rounds is not None:
+            with self.rounds.lock:
+                self.rounds.members = members
+        if store is not None and self.node_rank == 0:
+            store.set(protocol.MEMBERS, members.encode())
+
+    def _restart_for(self, event: Event, store: BoundedStore | None) -> None:
+        """A new epoch seats this node (or keeps it seated): its workers restart into the
+        epoch's round (``on_event`` kills them; the launcher starts them again). What the
+        judges held of the old epoch is dropped: the suspicion after a local failure, the
+        hang in hand, the progress the old workers left."""
+        self._limit, self._local_failure = self.node_timeout, False
+        self._hang = None
+        self._progress_seen.clear()
+        if store is not None and self.node_rank == 0:
+            try:
+                keys = [protocol.progress_key(r) for r in range(self.world_size)]
+                self._stale = {r: protocol.text(v)
+                               for r, v in enumerate(self._read_all(store, keys))}
+            except Exception:  # noqa: BLE001, S110 - the next beat reads them again
+                pass
+        if self.slow is not None and hasattr(self.slow, "reseat"):
+            self.slow.reseat(self.members.seats)
+        self.changes.append(event)
+        self.on_event(event)
+
+    def _adopt(self, watch: protocol.Watch) -> Event | None:
+        """The others: node 0's membership from its watch. A new epoch that seats this node
+        restarts its workers; one that lists it as lost means it was replaced (it was
+        silent too long, e.g. frozen): it stops."""
+        if watch.members is None:
+            return None
+        try:
+            members = Membership.from_json(watch.members)
+        except (ValueError, TypeError, KeyError):
+            return None
+        old = self.members
+        if members == old:
+            return None
+        self._set_members(None, members)
+        me = self.node_rank
+        if me in members.lost and me not in old.lost:
+            return Event(EventKind.REPLACED, replaced_line(me, members.reason), node=me)
+        if members.epoch > old.epoch and members.seated(me):
+            self._restart_for(Event(EventKind.TAKEOVER, members.reason,
+                                    node=members.lost[-1] if members.lost else None), None)
+        return None
 
     def _judge_rounds(self, store: BoundedStore) -> None:
         """Has some node arrived at the round after the one the workers run in (its workers
@@ -372,7 +503,8 @@ class Watchdog(threading.Thread):
             self._beat, tuple(self._lost), {r: str(g.value if isinstance(g, Goodbye) else g)
                                             for r, g in self.goodbyes.items()},
             self._gen, bool(hang), hang.get("verdict"), wanted,
-            tuple(sorted(self._closed)), tuple(self._notices)).encode())
+            tuple(sorted(self._closed)), tuple(self._notices),
+            self.members.to_json() if self._elastic else None).encode())
 
     # -- every other node: beat, read node 0's watch ----------------------------------------
     def _member(self, store: BoundedStore, now: float) -> Event | None:
@@ -385,6 +517,9 @@ class Watchdog(threading.Thread):
             self._watch_at = now
         self._watch = watch
         self.goodbyes = {r: Goodbye.read(g.encode()) for r, g in watch.goodbyes.items()}
+        replaced = self._adopt(watch)
+        if replaced is not None:
+            return replaced
         if self.rounds is not None:
             with self.rounds.lock:
                 self.rounds.wanted = max(self.rounds.wanted, watch.round)
@@ -465,7 +600,8 @@ class Watchdog(threading.Thread):
 
     def _peer_failed(self) -> Event | None:
         failed = sorted(r for r, status in self.goodbyes.items()
-                        if status == Goodbye.FAILED and r != self.node_rank)
+                        if status == Goodbye.FAILED and r != self.node_rank
+                        and self.members.seated(r))
         if failed and not self._local_failure:
             return Event(EventKind.PEER_FAILED, peer_failed_line(
                 failed[0], self.hosts.get(failed[0], "?"), self.node_rank), node=failed[0])
@@ -521,9 +657,10 @@ class Watchdog(threading.Thread):
         positions = {r: _position(v) for r, v in values.items() if v}
         silent = [r for r, v in values.items() if not v]
         stuck = hang_suspects(positions, reasons, silent)
-        nproc = max(1, self.world_size // self.nnodes)
-        who = tuple((r, r // nproc, self.hosts.get(r // nproc, "?")) for r in stuck)
-        restart = restart_verdict({n: p.restarts_left for n, p in probes.items()}, self.nnodes)
+        node_of = lambda r: self.members.node_of_rank(r, self.nproc)  # noqa: E731
+        who = tuple((r, node_of(r), self.hosts.get(node_of(r), "?")) for r in stuck)
+        restart = restart_verdict({n: p.restarts_left for n, p in probes.items()},
+                                  self.members.seats)
         stalled = self._hang["stalled"] + (now - self._hang["since"])
         by_coll = all(at[0] < 0 for at in positions.values())  # no rank reports steps
         self._hang.update(verdict=protocol.HangVerdict(hang_line(list(who), stalled, by_coll),
@@ -633,30 +770,36 @@ class Watchdog(threading.Thread):
 
     # -- the end of the workers -------------------------------------------------------------
     def mark_ended(self) -> None:
-        """Count this node in ``meshrun/ended``: its workers are over (once per node)."""
+        """Count this node in ``meshrun/ended`` (per membership epoch): its workers are over
+        (once per node and epoch; a spare runs none)."""
         store = self._store
-        if self._ended or store is None:
+        epoch = self.members.epoch
+        if self._ended_in == epoch or store is None or not self.members.seated(self.node_rank):
             return
         try:
-            store.add(protocol.ENDED, 1)
-            self._ended = True
+            store.add(protocol.ended_key(epoch), 1)
+            self._ended_in = epoch
         except Exception:  # noqa: BLE001, S110 - the store may be gone: nothing to count then
             pass
 
     def all_ended(self) -> bool:
-        """Every node's workers are over (this node's included): none of them was lost, so a
-        failure here is the workers' own and nobody needs to wait for a silent node."""
+        """Every seated node's workers are over (this node's included): none of them was
+        lost, so a failure here is the workers' own and nobody needs to wait for a silent
+        node."""
         store = self._store
+        members = self.members
         try:
-            return store is not None and int(store.add(protocol.ENDED, 0)) >= self.nnodes
+            return store is not None and \
+                int(store.add(protocol.ended_key(members.epoch), 0)) >= len(members.seats)
         except Exception:  # noqa: BLE001
             return False
 
     def others_done(self) -> bool:
-        """Every other node has said goodbye (finished or failed, but not lost), as this
-        node's watchdog last read it (node 0: the heartbeats; the others: node 0's watch)."""
+        """Every other seated node has said goodbye (finished or failed, but not lost), as
+        this node's watchdog last read it (node 0: the heartbeats; the others: node 0's
+        watch). Spares train nothing: they are not waited for."""
         said = dict(self.goodbyes)
-        return all(r in said for r in range(self.nnodes) if r != self.node_rank)
+        return all(r in said for r in self.members.seats if r != self.node_rank)
 
     def _everyone_said_goodbye(self, store: BoundedStore) -> bool:
         """Node 0, its watchdog stopped: read the heartbeats itself (not the lost nodes':

@@ -98,6 +98,9 @@ class Flags:
                                          "run")
     join_timeout: str | None = _flag("seconds to wait for every node to join (default 600)",
                                      "run")
+    spares: str | None = _flag("of the nodes, keep this many (the highest ranks) as hot "
+                               "spares: they join and wait, and take a lost node's place "
+                               "(default 0)", "run")
 
     @staticmethod
     def flag_name(name: str) -> str:
@@ -127,13 +130,14 @@ class Topology:
     local_agents: Sourced | None = None
     log_dir: Sourced | None = None
     join_timeout: Sourced | None = None
+    spares: Sourced | None = None
     platform: str = "single-node"
     platforms: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default_factory=tuple)
 
 
 _INT_FIELDS = {"nnodes": 1, "node_rank": 0, "nproc_per_node": 1, "master_port": 1,
-               "join_timeout": 1}
+               "join_timeout": 1, "spares": 0}
 
 
 def detect(env: Mapping[str, str], flags: Flags = Flags(), host: HostInfo = HostInfo()) -> Topology:

@@ -5,7 +5,10 @@ then a second Trainer resumes from that checkpoint and trains steps 5-8 again.
     python hf_trainer_gpt2.py OUTPUT_DIR      # under torchrun, meshrun run or meshrun simulate
 
 HF_STEPS (default 8): the full run's length, a checkpoint at its half (bench/observe.py runs
-it longer); HF_RESUME=0 skips the resumed run.
+it longer); HF_RESUME=0 skips the resumed run. HF_SAVE_STEPS: a checkpoint every that many
+steps instead; HF_RESUME_LAST=1: the full run resumes from the newest checkpoint in
+OUTPUT_DIR when there is one (what a script needs to go on after meshrun restarted its
+workers: a spare's take-over).
 
 It knows nothing of meshrun. Each rank prints one line ``REPORT {...}``: its rank, the world
 size the Trainer saw, the last loss of the full run and of the resumed run, and a checksum of
@@ -60,10 +63,11 @@ def model(tok: PreTrainedTokenizerFast) -> GPT2LMHeadModel:
 
 STEPS = int(os.environ.get("HF_STEPS", "8"))
 HALF = max(1, STEPS // 2)
+SAVE = int(os.environ.get("HF_SAVE_STEPS", "0")) or HALF
 
 
 def args(output_dir: str) -> TrainingArguments:
-    return TrainingArguments(output_dir=output_dir, max_steps=STEPS, save_steps=HALF,
+    return TrainingArguments(output_dir=output_dir, max_steps=STEPS, save_steps=SAVE,
                              logging_steps=1 if STEPS <= 100 else 50,
                              per_device_train_batch_size=4, learning_rate=3e-3, seed=0,
                              data_seed=0, use_cpu=True, ddp_backend="gloo", report_to=[],
@@ -84,8 +88,23 @@ data = dataset(tok)
 collate = DataCollatorForLanguageModeling(tok, mlm=False)
 
 full = Trainer(model=model(tok), args=args(OUT), train_dataset=data, data_collator=collate)
-full.train()
+if os.environ.get("HF_RESUME_LAST") == "1":
+    # the newest *complete* checkpoint: the Trainer writes trainer_state.json last, and a
+    # process killed while saving leaves a checkpoint-N folder without it
+    # (transformers' get_last_checkpoint would pick that one)
+    done = [os.path.join(OUT, d) for d in (os.listdir(OUT) if os.path.isdir(OUT) else [])
+            if d.startswith("checkpoint-")
+            and os.path.exists(os.path.join(OUT, d, "trainer_state.json"))]
+    last = max(done, key=lambda d: int(d.rsplit("-", 1)[1]), default=None)
+    print(f"resuming from {last}" if last else "starting from scratch", flush=True)
+    full.train(resume_from_checkpoint=last)
+else:
+    full.train()
 if os.environ.get("HF_RESUME", "1") == "0":
+    print("REPORT " + json.dumps({
+        "rank": full.args.process_index, "world_size": full.args.world_size,
+        "local_rank": full.args.local_process_index, "loss": last_loss(full),
+        "weights": checksum(full.model)}), flush=True)
     sys.exit(0)
 resumed = Trainer(model=model(tok), args=args(OUT + "-resumed"), train_dataset=data,
                   data_collator=collate)

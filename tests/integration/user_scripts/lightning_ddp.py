@@ -4,6 +4,8 @@
 
 LIGHTNING_NODES (default 2) and LIGHTNING_STEPS (default 30), as a user might set them: the
 number of nodes and the training's length (bench/observe.py runs it longer, on 4 nodes).
+LIGHTNING_CKPT_DIR: save ``last.ckpt`` there every 5 steps and resume from it when it exists
+(what a script needs to go on after meshrun restarted its workers: a spare's take-over).
 
 It knows nothing of meshrun: Lightning finds the ranks in the torch elastic variables. Each
 rank prints ``REPORT {...}``: the ranks and world size Lightning saw, the last loss and a
@@ -44,12 +46,19 @@ def data() -> DataLoader:
 
 L.seed_everything(0, verbose=False)
 model = Regression()
+folder = os.environ.get("LIGHTNING_CKPT_DIR")
+saving = [L.pytorch.callbacks.ModelCheckpoint(dirpath=folder, save_last=True,
+                                              every_n_train_steps=5)] if folder else []
 trainer = L.Trainer(accelerator="cpu", strategy="ddp", devices=1,
                     num_nodes=int(os.environ.get("LIGHTNING_NODES", "2")),
                     max_steps=int(os.environ.get("LIGHTNING_STEPS", "30")),
-                    logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                    logger=False, enable_checkpointing=bool(folder), callbacks=saving,
+                    enable_progress_bar=False,
                     enable_model_summary=False, deterministic=True)
-trainer.fit(model, data())
+last = os.path.join(folder, "last.ckpt") if folder else None
+if last and os.path.exists(last):
+    print(f"resuming from {last}", flush=True)
+trainer.fit(model, data(), ckpt_path=last if last and os.path.exists(last) else None)
 print("REPORT " + json.dumps({
     "rank": trainer.global_rank, "world_size": trainer.world_size,
     "node_rank": trainer.node_rank, "local_rank": trainer.local_rank,

@@ -1,0 +1,141 @@
+"""Who trains, who waits, who is gone: the job's membership, one pure model.
+
+The plan says how many nodes the platform starts and how many of them are hot spares
+(``--spares K``: the K highest node ranks). From then on the membership, not the plan, says
+which platform node holds which **seat** (group rank: seat s runs global ranks
+``s*nproc .. s*nproc+nproc-1``), which nodes wait as spares and which were lost. Node 0's
+watchdog is its only writer (:mod:`meshrun.runtime.watchdog`: it decides on a lost or
+returning node with :func:`after_loss` / :func:`after_return`, and publishes the result in
+its watch every beat); the rendezvous (:mod:`meshrun.runtime.rendezvous`: a node's group rank
+and the world of a round), the watchdog's judges (whose goodbye counts, which node a rank is
+on), the straggler check and the worker environment read it.
+
+An **epoch** is one set of seats: it starts at 0 and grows by one each time a spare takes a
+lost node's seat. ``round`` is the first rendezvous round of the epoch: every seated node
+restarts its workers into it (from the newest complete checkpoint: the world, the ranks and
+the batch are those of the epoch before, so the numerics are too).
+
+Node 0 hosts the job's store: its seat is never given away (its loss stays fatal).
+
+Pure: no torch, no I/O.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from enum import Enum
+
+
+class Change(str, Enum):
+    """What a lost node means for the job (:func:`after_loss`)."""
+
+    KNOWN = "known"          # already counted as lost
+    SPARE_LOST = "spare-lost"  # a spare: reported, nothing restarts
+    TAKEOVER = "takeover"    # a spare takes the lost node's seat; every seat restarts
+    FATAL = "fatal"          # no spare left, or node 0: the job stops
+
+
+@dataclass(frozen=True)
+class Membership:
+    epoch: int = 0
+    seats: tuple[int, ...] = (0,)   # seat (group rank) -> platform node rank
+    spares: tuple[int, ...] = ()    # waiting, the lowest node rank takes the next seat
+    lost: tuple[int, ...] = ()      # lost and not back
+    round: int = 0                  # the epoch's first rendezvous round
+    reason: str = ""                # why the epoch began ("" for epoch 0)
+
+    @classmethod
+    def initial(cls, nnodes: int, spares: int = 0) -> Membership:
+        """Nodes 0..nnodes-spares-1 are seated in node order; the others are spares."""
+        if not 0 <= spares < nnodes:
+            raise ValueError(f"spares {spares} out of range for {nnodes} nodes")
+        active = nnodes - spares
+        return cls(seats=tuple(range(active)), spares=tuple(range(active, nnodes)))
+
+    # -- reading ----------------------------------------------------------------------------
+    @property
+    def nodes(self) -> tuple[int, ...]:
+        """Every node the job knows, seated, spare or lost."""
+        return tuple(sorted({*self.seats, *self.spares, *self.lost}))
+
+    def seat_of(self, node: int) -> int | None:
+        """The node's group rank, or None when it holds no seat."""
+        try:
+            return self.seats.index(node)
+        except ValueError:
+            return None
+
+    def seated(self, node: int) -> bool:
+        return node in self.seats
+
+    def node_of_rank(self, rank: int, nproc: int) -> int:
+        """The platform node running global rank ``rank`` in this epoch."""
+        return self.seats[rank // max(1, nproc)]
+
+    def ranks_of(self, node: int, nproc: int) -> tuple[int, ...]:
+        seat = self.seat_of(node)
+        if seat is None:
+            return ()
+        return tuple(range(seat * nproc, (seat + 1) * nproc))
+
+    def role(self, node: int) -> str:
+        if node in self.seats:
+            return "seated"
+        if node in self.spares:
+            return "spare"
+        return "lost" if node in self.lost else "unknown"
+
+    # -- wire -------------------------------------------------------------------------------
+    def to_json(self) -> dict:
+        return {"epoch": self.epoch, "seats": list(self.seats), "spares": list(self.spares),
+                "lost": list(self.lost), "round": self.round, "reason": self.reason}
+
+    @classmethod
+    def from_json(cls, data: dict) -> Membership:
+        ints = lambda key: tuple(int(n) for n in data.get(key, ()))  # noqa: E731
+        seats = ints("seats")
+        if not seats:
+            raise ValueError("a membership without seats")
+        return cls(int(data.get("epoch", 0)), seats, ints("spares"), ints("lost"),
+                   int(data.get("round", 0)), str(data.get("reason", "")))
+
+    def encode(self) -> str:
+        return json.dumps(self.to_json())
+
+    @classmethod
+    def decode(cls, raw: bytes | str) -> Membership:
+        text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+        return cls.from_json(json.loads(text))
+
+
+def after_loss(m: Membership, node: int, *, next_round: int, why: str = "") -> tuple[Membership, Change]:
+    """Pure: the membership once ``node`` is found lost, and what that means.
+
+    A lost spare is only reported. A seated node other than 0 with a spare left: the lowest
+    spare takes its seat in a new epoch, whose first round is ``next_round``. Node 0 (the
+    store's host), or any seated node with no spare left: fatal (the membership unchanged)."""
+    if node in m.lost:
+        return m, Change.KNOWN
+    if node in m.spares:
+        return replace(m, spares=tuple(n for n in m.spares if n != node),
+                       lost=(*m.lost, node)), Change.SPARE_LOST
+    seat = m.seat_of(node)
+    if seat is None:
+        return m, Change.KNOWN
+    if node == 0 or not m.spares:
+        return m, Change.FATAL
+    spare, rest = m.spares[0], m.spares[1:]
+    seats = m.seats[:seat] + (spare,) + m.seats[seat + 1:]
+    reason = why or f"node {node} was lost; spare node {spare} took its seat"
+    return Membership(m.epoch + 1, seats, rest, (*m.lost, node), next_round, reason), \
+        Change.TAKEOVER
+
+
+def after_return(m: Membership, node: int) -> Membership:
+    """Pure: a lost node came back (its platform started it again with the same rank): it
+    waits as a spare. Anything else is unchanged."""
+    if node not in m.lost:
+        return m
+    return replace(m, lost=tuple(n for n in m.lost if n != node),
+                   spares=tuple(sorted((*m.spares, node))))

@@ -1,0 +1,59 @@
+"""The job's membership (runtime/membership.py): who holds which seat, the spares, the lost
+nodes, and the decisions on a lost or returning node. Pure."""
+
+import pytest
+
+from meshrun.runtime.membership import Change, Membership, after_loss, after_return
+
+
+def test_the_highest_node_ranks_start_as_spares_and_seats_follow_node_order():
+    m = Membership.initial(5, 2)
+    assert m.seats == (0, 1, 2) and m.spares == (3, 4) and m.lost == () and m.epoch == 0
+    assert [m.role(n) for n in range(5)] == ["seated"] * 3 + ["spare"] * 2
+    assert m.ranks_of(2, 4) == (8, 9, 10, 11) and m.ranks_of(3, 4) == ()
+    assert [m.node_of_rank(r, 2) for r in range(6)] == [0, 0, 1, 1, 2, 2]
+
+
+@pytest.mark.parametrize("nnodes,spares", [(2, 2), (1, 1), (3, -1)])
+def test_a_membership_needs_a_seated_node(nnodes, spares):
+    with pytest.raises(ValueError):
+        Membership.initial(nnodes, spares)
+
+
+def test_the_lowest_spare_takes_the_lost_nodes_seat_in_a_new_epoch_and_ranks_follow_the_seat():
+    m = Membership.initial(4, 2)            # seats 0, 1; spares 2, 3
+    after, change = after_loss(m, 1, next_round=7)
+    assert change == Change.TAKEOVER
+    assert after.seats == (0, 2) and after.spares == (3,) and after.lost == (1,)
+    assert after.epoch == 1 and after.round == 7 and "spare node 2" in after.reason
+    assert after.ranks_of(2, 2) == (2, 3) == m.ranks_of(1, 2)   # the same global ranks
+    assert after.node_of_rank(3, 2) == 2
+    again, change = after_loss(after, 1, next_round=9)
+    assert change == Change.KNOWN and again == after
+
+
+def test_a_lost_spare_is_reported_and_a_seated_node_without_spares_or_node_0_is_fatal():
+    m = Membership.initial(3, 1)
+    after, change = after_loss(m, 2, next_round=1)
+    assert change == Change.SPARE_LOST and after.spares == () and after.lost == (2,)
+    assert after.epoch == 0 and after.seats == m.seats          # nothing restarts
+    assert after_loss(after, 1, next_round=1) == (after, Change.FATAL)
+    assert after_loss(m, 0, next_round=1) == (m, Change.FATAL)  # node 0 hosts the store
+
+
+def test_a_lost_node_that_comes_back_waits_as_a_spare_and_can_take_the_next_seat():
+    m, _ = after_loss(Membership.initial(3, 1), 1, next_round=1)   # 2 took seat 1
+    back = after_return(m, 1)
+    assert back.spares == (1,) and back.lost == () and back.seats == (0, 2)
+    assert back.epoch == m.epoch                    # a spare more changes no seat
+    assert after_return(back, 1) == back            # not lost: unchanged
+    later, change = after_loss(back, 2, next_round=4)
+    assert change == Change.TAKEOVER and later.seats == (0, 1) and later.epoch == 2
+
+
+def test_the_membership_round_trips_as_json_and_refuses_one_without_seats():
+    m, _ = after_loss(Membership.initial(4, 1), 2, next_round=3, why="because")
+    assert Membership.decode(m.encode()) == m
+    assert Membership.decode(m.encode().encode()) == m
+    with pytest.raises(ValueError):
+        Membership.from_json({"seats": []})
