@@ -57,3 +57,20 @@ def test_the_membership_round_trips_as_json_and_refuses_one_without_seats():
     assert Membership.decode(m.encode().encode()) == m
     with pytest.raises(ValueError):
         Membership.from_json({"seats": []})
+
+
+def test_a_node_lost_three_times_is_kept_out_when_it_comes_back():
+    from meshrun.runtime.membership import KEEP_OUT
+
+    m = Membership.initial(3, 1)
+    for time in range(KEEP_OUT):
+        m, change = after_loss(m, 1, next_round=time + 1)
+        assert m.strikes_of(1) == time + 1
+        m = after_return(m, 1)
+        if time < KEEP_OUT - 1:
+            assert m.role(1) == "spare"
+            m, _ = after_loss(m, m.seats[1], next_round=time + 1)  # the other one goes
+            m = after_return(m, m.lost[-1])                         # and comes back
+    assert m.role(1) == "kept out" and 1 not in m.spares and 1 not in m.lost
+    assert after_loss(m, 1, next_round=9) == (m, Change.KNOWN)
+    assert Membership.decode(m.encode()) == m

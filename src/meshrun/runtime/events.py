@@ -74,6 +74,11 @@ def returned_line(node: int, host: str, spares: int) -> str:
             f"({spares} spare{'s' if spares != 1 else ''} now)")
 
 
+def kept_out_line(node: int, host: str, losses: int) -> str:
+    return (f"meshrun: node {node} ({host}) is back but was lost {losses} times in this job: "
+            "kept out (not taken back as a spare); check that machine")
+
+
 def replaced_line(node: int, reason: str) -> str:
     return (f"meshrun: node {node} was found lost and its seat was given away ({reason}); "
             "stopping this node: start it again and it rejoins as a spare")

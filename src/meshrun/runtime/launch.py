@@ -264,9 +264,15 @@ def _wait_for_seat(plan: LaunchPlan, dog: Any, rounds: Rounds, poll: float = 0.1
     members = rounds.membership(plan)
     say(f"node {plan.node_rank} waits as a spare ({len(members.spares)} of them): it takes "
         "the seat of a node that is lost, and starts no worker until then")
+    told = False
     while True:
-        if rounds.membership(plan).seated(plan.node_rank):
+        members = rounds.membership(plan)
+        if members.seated(plan.node_rank):
             return None
+        if plan.node_rank in members.kept_out and not told:
+            told = True
+            say(f"node {plan.node_rank} was lost {members.strikes_of(plan.node_rank)} times "
+                "in this job: it is kept out and waits for the job's end")
         if dog.event is not None:
             return report_event(dog.event)
         if dog.goodbyes.get(0) == Goodbye.DONE:

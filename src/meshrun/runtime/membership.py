@@ -17,6 +17,10 @@ the batch are those of the epoch before, so the numerics are too).
 
 Node 0 hosts the job's store: its seat is never given away (its loss stays fatal).
 
+A node lost :data:`KEEP_OUT` times in one job (a flapping machine: bad memory, a failing
+link) is **kept out** when it comes back: it is not taken back as a spare, it waits for the
+job's end and says why.
+
 Pure: no torch, no I/O.
 """
 
@@ -25,6 +29,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 from enum import Enum
+
+KEEP_OUT = 3  # losses after which a node that comes back is kept out
 
 
 class Change(str, Enum):
@@ -44,6 +50,8 @@ class Membership:
     lost: tuple[int, ...] = ()      # lost and not back
     round: int = 0                  # the epoch's first rendezvous round
     reason: str = ""                # why the epoch began ("" for epoch 0)
+    strikes: tuple[tuple[int, int], ...] = ()  # (node, times lost), nodes lost at least once
+    kept_out: tuple[int, ...] = ()  # came back after KEEP_OUT losses: never seated again
 
     @classmethod
     def initial(cls, nnodes: int, spares: int = 0) -> Membership:
@@ -56,8 +64,17 @@ class Membership:
     # -- reading ----------------------------------------------------------------------------
     @property
     def nodes(self) -> tuple[int, ...]:
-        """Every node the job knows, seated, spare or lost."""
-        return tuple(sorted({*self.seats, *self.spares, *self.lost}))
+        """Every node the job knows, seated, spare, lost or kept out."""
+        return tuple(sorted({*self.seats, *self.spares, *self.lost, *self.kept_out}))
+
+    def strikes_of(self, node: int) -> int:
+        """How many times ``node`` was lost in this job."""
+        return dict(self.strikes).get(node, 0)
+
+    def _struck(self, node: int) -> tuple[tuple[int, int], ...]:
+        counts = dict(self.strikes)
+        counts[node] = counts.get(node, 0) + 1
+        return tuple(sorted(counts.items()))
 
     def seat_of(self, node: int) -> int | None:
         """The node's group rank, or None when it holds no seat."""
@@ -84,12 +101,15 @@ class Membership:
             return "seated"
         if node in self.spares:
             return "spare"
+        if node in self.kept_out:
+            return "kept out"
         return "lost" if node in self.lost else "unknown"
 
     # -- wire -------------------------------------------------------------------------------
     def to_json(self) -> dict:
         return {"epoch": self.epoch, "seats": list(self.seats), "spares": list(self.spares),
-                "lost": list(self.lost), "round": self.round, "reason": self.reason}
+                "lost": list(self.lost), "round": self.round, "reason": self.reason,
+                "strikes": [list(x) for x in self.strikes], "kept_out": list(self.kept_out)}
 
     @classmethod
     def from_json(cls, data: dict) -> Membership:
@@ -97,8 +117,10 @@ class Membership:
         seats = ints("seats")
         if not seats:
             raise ValueError("a membership without seats")
+        strikes = tuple((int(n), int(k)) for n, k in data.get("strikes", ()))
         return cls(int(data.get("epoch", 0)), seats, ints("spares"), ints("lost"),
-                   int(data.get("round", 0)), str(data.get("reason", "")))
+                   int(data.get("round", 0)), str(data.get("reason", "")), strikes,
+                   ints("kept_out"))
 
     def encode(self) -> str:
         return json.dumps(self.to_json())
@@ -115,11 +137,11 @@ def after_loss(m: Membership, node: int, *, next_round: int, why: str = "") -> t
     A lost spare is only reported. A seated node other than 0 with a spare left: the lowest
     spare takes its seat in a new epoch, whose first round is ``next_round``. Node 0 (the
     store's host), or any seated node with no spare left: fatal (the membership unchanged)."""
-    if node in m.lost:
+    if node in m.lost or node in m.kept_out:
         return m, Change.KNOWN
     if node in m.spares:
         return replace(m, spares=tuple(n for n in m.spares if n != node),
-                       lost=(*m.lost, node)), Change.SPARE_LOST
+                       lost=(*m.lost, node), strikes=m._struck(node)), Change.SPARE_LOST
     seat = m.seat_of(node)
     if seat is None:
         return m, Change.KNOWN
@@ -128,14 +150,17 @@ def after_loss(m: Membership, node: int, *, next_round: int, why: str = "") -> t
     spare, rest = m.spares[0], m.spares[1:]
     seats = m.seats[:seat] + (spare,) + m.seats[seat + 1:]
     reason = why or f"node {node} was lost; spare node {spare} took its seat"
-    return Membership(m.epoch + 1, seats, rest, (*m.lost, node), next_round, reason), \
-        Change.TAKEOVER
+    return replace(m, epoch=m.epoch + 1, seats=seats, spares=rest, lost=(*m.lost, node),
+                   round=next_round, reason=reason, strikes=m._struck(node)), Change.TAKEOVER
 
 
-def after_return(m: Membership, node: int) -> Membership:
+def after_return(m: Membership, node: int, keep_out: int = KEEP_OUT) -> Membership:
     """Pure: a lost node came back (its platform started it again with the same rank): it
-    waits as a spare. Anything else is unchanged."""
+    waits as a spare, unless it was lost ``keep_out`` times: then it is kept out. Anything
+    else is unchanged."""
     if node not in m.lost:
         return m
-    return replace(m, lost=tuple(n for n in m.lost if n != node),
-                   spares=tuple(sorted((*m.spares, node))))
+    lost = tuple(n for n in m.lost if n != node)
+    if m.strikes_of(node) >= keep_out:
+        return replace(m, lost=lost, kept_out=(*m.kept_out, node))
+    return replace(m, lost=lost, spares=tuple(sorted((*m.spares, node))))

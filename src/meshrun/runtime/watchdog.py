@@ -77,6 +77,7 @@ from .events import (
     hang_line,
     hang_suspects,
     in_collective,
+    kept_out_line,
     node_lost_line,
     peer_failed_line,
     process_state,
@@ -342,7 +343,7 @@ class Watchdog(threading.Thread):
                 self._returns(store, now)
             dead = self._hub.dead() if self._hub is not None else {}
             for rank in range(1, self.nnodes):
-                if rank in self.members.lost:
+                if rank in self.members.lost or rank in self.members.kept_out:
                     continue
                 value, since = self._seen.get(rank, ("", started))
                 age = now - since
@@ -413,7 +414,8 @@ class Watchdog(threading.Thread):
             if not claim or claim == self._claims.get(rank):
                 continue
             self._claims.pop(rank, None)
-            self._set_members(store, after_return(self.members, rank))
+            back = after_return(self.members, rank)
+            self._set_members(store, back)
             self._seen.pop(rank, None)
             self.goodbyes.pop(rank, None)
             if self._hub is not None:
@@ -422,6 +424,10 @@ class Watchdog(threading.Thread):
                 self.hosts[rank] = protocol.NodeClaim.decode(claim).host
             except ValueError:
                 pass
+            if rank in back.kept_out:
+                self.on_notice({"kind": "node-kept-out", "node": rank, "line": kept_out_line(
+                    rank, self.hosts.get(rank, "?"), back.strikes_of(rank))})
+                continue
             self.on_notice({"kind": "node-returned", "node": rank, "line": returned_line(
                 rank, self.hosts.get(rank, "?"), len(self.members.spares))})
             self._seen[rank] = ("", now)
