@@ -87,6 +87,7 @@ from .events import (
     spare_lost_line,
     takeover_line,
 )
+from .judges import lost_nodes, progress_moved
 from .membership import Change, Membership, after_loss, after_return
 from .store import BoundedStore, CallTimeout, StoreConnect
 from .supervision import Supervision
@@ -115,14 +116,6 @@ def _position(value: str, moved: bool = False) -> tuple:
     except ValueError:
         return (-1, -1, -1) if moved else (-1, -1)
     return p.moved if moved else p.position
-
-
-def _never_beat(value: str) -> bool:
-    """A heartbeat still as the join wrote it (beat 0): its watchdog has not connected."""
-    try:
-        return not value or protocol.Heartbeat.decode(value).beat == 0
-    except ValueError:
-        return False
 
 
 class Watchdog(threading.Thread):
@@ -342,18 +335,13 @@ class Watchdog(threading.Thread):
             if self.members.lost:
                 self._returns(store, now)
             dead = self._hub.dead() if self._hub is not None else {}
-            for rank in range(1, self.nnodes):
-                if rank in self.members.lost or rank in self.members.kept_out:
-                    continue
-                value, since = self._seen.get(rank, ("", started))
-                age = now - since
-                # a node that has not beaten yet may still be making its first connection
-                limit = self._limit + (_FIRST_CONNECT_S if _never_beat(value) else 0.0)
-                left = rank in self.members.spares and rank in self.goodbyes  # a spare ended
-                if left or (rank not in self.goodbyes and (age >= limit or rank in dead)):
-                    self._lose(store, rank, age, closed=rank in dead)
-                    if self._lost:
-                        break
+            for found in lost_nodes(now, range(1, self.nnodes), seen=self._seen,
+                                    started=started, limit=self._limit,
+                                    first_connect=_FIRST_CONNECT_S, goodbyes=self.goodbyes,
+                                    dead=dead, members=self.members):
+                self._lose(store, found.node, found.age, closed=found.closed)
+                if self._lost:
+                    break
         if not self._lost and (self.hang_timeout > 0 or self.slow is not None):
             values = self._progress_values(store) if self.slow is not None or \
                 self._hang is None else {}
@@ -636,16 +624,12 @@ class Watchdog(threading.Thread):
             values = {r: "" if v and self._stale.get(r) == v else v for r, v in values.items()}
             if not any(values.values()):
                 return  # nobody reports progress (yet): hang detection is off
-            for rank, value in values.items():
-                # progress is a moved position (a step, a collective issued, a second of
-                # work on a CPU), not a new report: a report also refreshes timings
-                where = _position(value, moved=True) if value else None
-                if where is not None and (rank not in self._progress_seen
-                                          or self._progress_seen[rank][0] != where):
-                    self._progress_seen[rank] = (where, now)
-            last = max(at for _, at in self._progress_seen.values())
-            if now - last >= self.hang_timeout:
-                self._hang = {"since": now, "stalled": now - last, "values": values,
+            # progress is a moved position (a step, a collective issued, a second of work
+            # on a CPU), not a new report: a report also refreshes timings
+            self._progress_seen, stalled = progress_moved(
+                now, values, self._progress_seen, lambda v: _position(v, moved=True))
+            if stalled >= self.hang_timeout:
+                self._hang = {"since": now, "stalled": stalled, "values": values,
                               "verdict": None}
                 self._start_probe(store)
             return
