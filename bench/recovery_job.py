@@ -8,9 +8,10 @@ distort), then updates the replicated weights ``w`` the same way on every rank. 
 (atomically); a (re)started job resumes from it. Rank 0 appends one line per completed step
 to ``RECOVERY_DIR/steps.jsonl``: the step, the wall time, the world size.
 
-The gradient of rank r at step s is the same whatever the world size, and the update is the
-mean over the ranks: a run on the same world gives the same ``w`` bit for bit, however often
-it resumed; a run on another world does not (reported, not hidden).
+The gradient of rank r at step s is the same whatever the world size and exact to sum, and
+the update is the mean over the ranks: a run on a world gives the ``w`` of
+:func:`expected` bit for bit, however often it resumed; a run that changed its world does
+not (reported, not hidden).
 """
 
 from __future__ import annotations
@@ -22,6 +23,22 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+
+
+def gradient(step: int, rank: int) -> torch.Tensor:
+    """Rank ``rank``'s gradient at ``step``: multiples of 1/1024 below 1 in size, so that any
+    sum of a few of them is exact in float64 and the all-reduce's order cannot change a bit:
+    the final weights of a world are known without running it (bench/recovery.py)."""
+    gen = torch.Generator().manual_seed(step * 100_003 + rank)
+    return torch.randint(-1023, 1024, (1024,), generator=gen).to(torch.float64) / 1024
+
+
+def expected(steps: int, world: int) -> torch.Tensor:
+    """The weights a run of ``steps`` steps on ``world`` ranks ends with, however it went."""
+    w = torch.zeros(1024, dtype=torch.float64)
+    for step in range(1, steps + 1):
+        w -= 0.01 * sum(gradient(step, r) for r in range(world)) / world
+    return w
 
 
 def main() -> None:
@@ -38,8 +55,7 @@ def main() -> None:
         start, w = saved["step"], saved["w"]
     log = open(os.path.join(folder, "steps.jsonl"), "a", buffering=1) if rank == 0 else None
     for step in range(start + 1, steps + 1):
-        gen = torch.Generator().manual_seed(step * 100_003 + rank)
-        grad = torch.randn(1024, dtype=torch.float64, generator=gen)
+        grad = gradient(step, rank)
         dist.all_reduce(grad)
         time.sleep(pause)
         w -= 0.01 * grad / world

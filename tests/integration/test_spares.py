@@ -100,6 +100,67 @@ def test_a_killed_node_s_seat_goes_to_the_spare_and_the_run_ends_with_the_failur
     assert all(torch.equal(final[k], reference[k]) for k in final)
 
 
+def test_a_second_failure_during_the_recovery_is_taken_over_by_the_next_spare(tmp_path, reference):
+    """4 nodes, --spares 2: node 1 is SIGKILLed; as soon as spare 2 has its seat (before its
+    workers have trained a step) spare 2 is SIGKILLed too; spare 3 takes the seat in epoch
+    2 and the run ends with the failure-free weights."""
+    import torch
+
+    nodes = Nodes(tmp_path, RECIPE, nnodes=4, run_id="tw",
+                  extra=[*FAST, "--spares", "2"], env=clean_env())
+    with nodes:
+        _until_step(nodes, "tw", 15)
+        nodes.crash(1)
+        assert nodes.wait_for("spare node 2 takes its seat", node=2, timeout=30,
+                              alive=(0, 2, 3)) is not None, nodes.outputs()[-4000:]
+        nodes.crash(2)
+        assert nodes.wait_for("spare node 3 takes its seat", node=0, timeout=30,
+                              alive=(0, 3)) is not None, nodes.outputs()[-4000:]
+        codes = [nodes.procs[k].wait(timeout=240) for k in (0, 3)]
+        assert codes == [0, 0], nodes.outputs()[-5000:]
+    out0 = nodes.output(0)
+    assert "(membership epoch 2; 0 spares left)" in out0, out0[-3000:]
+    assert "starting 1 worker: rank 1 of 2" in nodes.output(3)
+    final = _weights(tmp_path, "tw", STEPS)
+    assert all(torch.equal(final[k], reference[k]) for k in reference)
+
+
+def test_a_node_killed_while_a_checkpoint_is_written_resumes_from_the_previous_complete_one(
+        tmp_path):
+    """A larger model (a checkpoint takes a while to write): node 1 is SIGKILLed once the
+    newest checkpoint's folder exists without its .metadata (written last, once every rank's
+    shards are down). The spare takes the seat, and every node resumes from the newest
+    *complete* checkpoint, never the partial one; the run finishes."""
+    from meshrun.worker import checkpoint as ckpt
+
+    big = [*RECIPE, "--set", "model.dim=512", "--set", "model.hidden=2048",
+           "--set", "train.steps=60"]
+    nodes = Nodes(tmp_path, big, nnodes=3, run_id="ck", extra=[*FAST, "--spares", "1"],
+                  env=clean_env())
+    folder = tmp_path / "checkpoints" / "ck"
+    with nodes:
+        deadline = time.monotonic() + 200
+        while True:  # the moment step-20 (not the first: one complete exists) is half written
+            assert time.monotonic() < deadline and all(p.poll() is None for p in nodes.procs), \
+                nodes.outputs()[-3000:]
+            partial = folder / "step-20"
+            if partial.is_dir() and not (partial / ".metadata").exists():
+                break
+            time.sleep(0.002)
+        nodes.crash(1)
+        assert ckpt.newest_complete(ckpt.parse_listing(ckpt.listing(str(folder)))).step == 10
+        assert nodes.wait_for("spare node 2 takes its seat", node=0, timeout=30,
+                              alive=(0, 2)) is not None, nodes.outputs()[-4000:]
+        codes = [nodes.procs[k].wait(timeout=300) for k in (0, 2)]
+        assert codes == [0, 0], nodes.outputs()[-5000:]
+    rank0 = (tmp_path / "logs" / "ck" / "rank0.log").read_text()
+    resumed = [int(line.split("resumed from step ")[1].split()[0])
+               for line in rank0.splitlines() if "resumed from step " in line]
+    # step-20 was half written when node 1 died: the resume took step-10, or step-20 if
+    # rank 0 completed it (its .metadata) before the take-over stopped it; never a partial one
+    assert len(resumed) == 1 and resumed[0] in (10, 20), resumed
+
+
 def test_a_frozen_node_is_replaced_after_the_node_timeout_and_stops_when_it_wakes(tmp_path):
     """Node 1 SIGSTOPped with its workers: after --node-timeout the spare takes its seat;
     node 1, continued while the job goes on, reads that it was replaced and stops (exit 4)
