@@ -190,6 +190,7 @@ def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
                     status = Goodbye.DONE if code == 0 else Goodbye.STOPPED
                     return code
             members = rounds.membership(plan)
+            dog.clear_suspicion()  # a failure of the epoch before is no suspicion now
             os.environ.update(epoch_environment(members, reason))
             ranks = members.ranks_of(plan.node_rank, plan.nproc_per_node)
             say(f"starting {_workers(plan.nproc_per_node)}: {ranks_phrase(ranks)} of "

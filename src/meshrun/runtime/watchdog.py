@@ -260,6 +260,11 @@ class Watchdog(threading.Thread):
         self._limit = min(self.node_timeout, seconds)
         self._local_failure = True  # a failed node of its own: another's failure is no news
 
+    def clear_suspicion(self) -> None:
+        """This node's workers start again (a new membership epoch): back to the node
+        timeout, and another node's failure is news again (see :meth:`suspect`)."""
+        self._limit, self._local_failure = self.node_timeout, False
+
     def run(self) -> None:
         self.begin()
         while True:
@@ -440,7 +445,7 @@ class Watchdog(threading.Thread):
         epoch's round (``on_event`` kills them; the launcher starts them again). What the
         judges held of the old epoch is dropped: the suspicion after a local failure, the
         hang in hand, the progress the old workers left."""
-        self._limit, self._local_failure = self.node_timeout, False
+        self.clear_suspicion()
         self._hang = None
         self._progress_seen.clear()
         if store is not None and self.node_rank == 0:
