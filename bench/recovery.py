@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import random
 import signal
 import statistics
@@ -47,7 +46,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from meshrun.harness import Nodes, clean_env, free_port, signal_tree, tree
+from meshrun.harness import Nodes, clean_env, free_port, kill_tree, signal_tree, tree
 
 ROOT = Path(__file__).resolve().parent.parent
 JOB = ROOT / "bench" / "recovery_job.py"
@@ -120,16 +119,7 @@ class Torchrun:
 
     def kill(self) -> None:
         for proc in self.procs:
-            for pid in tree(proc.pid) if proc.poll() is None else []:
-                for sig in (signal.SIGKILL, signal.SIGCONT):
-                    try:
-                        os.kill(pid, sig)
-                    except OSError:
-                        pass
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
+            kill_tree(proc)
 
 
 def schedule(kills: int, every: float, seed: int) -> list[float]:

@@ -323,18 +323,24 @@ class Nodes:
         """SIGKILL every node still running and everything it started (stopped ones are
         continued first so they can die)."""
         for proc in self.procs:
-            pids = tree(proc.pid) if proc.poll() is None else []
-            for pid in pids:
-                for sig in (signals.SIGKILL, signals.SIGCONT):
-                    try:
-                        os.kill(pid, sig)
-                    except OSError:
-                        pass
-            if proc.poll() is None or pids:
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    pass
+            kill_tree(proc)
+
+
+def kill_tree(proc: subprocess.Popen) -> None:
+    """SIGKILL ``proc`` (if still running) and everything under it, continuing stopped ones
+    so they can die; reap it (10 s at most)."""
+    pids = tree(proc.pid) if proc.poll() is None else []
+    for pid in pids:
+        for sig in (signals.SIGKILL, signals.SIGCONT):
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+    if proc.poll() is None or pids:
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
 
 
 # --- CPU quotas and weights (cgroup v1) -----------------------------------------------------

@@ -5,8 +5,10 @@ again and waiting as a spare, and the job finishing. The weights at the end are 
 bit for bit with a run that had no failure."""
 
 import json
+import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
 from helpers import Nodes, clean_env
@@ -183,11 +185,11 @@ def test_a_frozen_node_is_replaced_after_the_node_timeout_and_stops_when_it_wake
     assert "node 1 was found lost and its seat was given away" in nodes.output(1)
 
 
-USER_SCRIPTS = __import__("pathlib").Path(__file__).resolve().parent / "user_scripts"
+USER_SCRIPTS = Path(__file__).resolve().parent / "user_scripts"
 
 
 def _need(module: str) -> None:
-    if __import__("os").environ.get("CI") == "true":
+    if os.environ.get("CI") == "true":
         __import__(module)  # CI installs the test extras: missing is a failure there
     else:
         pytest.importorskip(module)

@@ -541,8 +541,10 @@ def test_a_lost_node_with_a_spare_left_is_a_takeover_every_node_adopts_not_a_sto
     assert events[2][0].line == events[0][0].line       # one line, every node
     watch = protocol.Watch.decode(master.get(protocol.WATCH))
     assert watch.lost == () and watch.members["seats"] == [0, 2]
-    assert protocol.Watch.decode(master.get(protocol.WATCH)).members == \
-        __import__("json").loads(master.get(protocol.MEMBERS))   # for a node coming back
+    from meshrun.runtime.membership import Membership
+
+    assert Membership.from_json(watch.members) == \
+        Membership.decode(master.get(protocol.MEMBERS))         # for a node coming back
     _beats([dogs[0], dogs[2]], clock, 2.0)
     assert len(events[0]) == 1                          # decided once
     dogs[2].stop("stopped")

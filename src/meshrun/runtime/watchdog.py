@@ -66,6 +66,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from .. import protocol
@@ -395,8 +396,6 @@ class Watchdog(threading.Thread):
         spare = members.seats[seat]
         line = takeover_line(rank, host, age, spare, members.ranks_of(spare, self.nproc),
                              members.epoch, closed=closed, spares_left=len(members.spares))
-        from dataclasses import replace
-
         self._set_members(store, replace(members, reason=line))
         self._restart_for(Event(EventKind.TAKEOVER, line, node=rank), store)
 
