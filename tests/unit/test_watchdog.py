@@ -495,6 +495,55 @@ def test_a_hang_in_a_script_that_reports_no_steps_is_judged_on_its_collectives()
         dog.stop("stopped")
 
 
+def test_a_hang_restart_holds_off_the_newer_round_until_this_nodes_agent_arrives_at_it():
+    """A hang with a restart left on both nodes: node 1 acts first and its agent arrives at
+    round 1, while node 0 (which acts last) has not yet killed its hung workers. Until node
+    0's agent itself arrives, its rendezvous must not report a node waiting: torch's agent
+    would restart the hung workers as a membership change, which does not count as a
+    restart (the new workers would see TORCHELASTIC_RESTART_COUNT 0 again)."""
+    from meshrun import protocol
+    from meshrun.runtime.rendezvous import Rounds
+
+    clock = Clock()
+    master, dogs, events = _job(2, clock=clock)
+    rounds = [Rounds(), Rounds()]
+    for n, dog in enumerate(dogs):
+        rounds[n].current = 0                      # both nodes' workers run round 0
+        dog.rounds = rounds[n]
+        dog.hang_timeout = 2.0
+        dog.restarts_left = lambda: 1
+        dog.local_pids = lambda n=n: {n: 999_999_000 + n}   # no such process: no answer
+        dog.send_signal = lambda pid, sig: None
+        dog.begin()
+    for rank, value in _coll({0: 30, 1: 30}).items():
+        master.set(protocol.progress_key(rank), value)
+    deadline = time.monotonic() + 20
+    while not dogs[1].restarts and time.monotonic() < deadline:   # node 1 acts first
+        _beats(dogs, clock, 0.2)
+        time.sleep(0.05)
+    assert dogs[1].restarts and dogs[1].restarts[0].restart, [e.line for e in events[1]]
+    assert not dogs[0].restarts and rounds[0].held
+    master.add(protocol.round_arrived_key(1), 1)   # node 1's agent arrives at round 1
+    _beats(dogs[:1], clock, 0.2)
+    assert rounds[0].wanted == 1
+    assert rounds[0].nodes_waiting() == 0          # held: node 0 kills its own first
+    _beats(dogs, clock, 3.0, until=lambda: bool(dogs[0].restarts))
+    assert dogs[0].restarts                        # node 0 acted: its workers were killed
+    for dog in dogs[::-1]:
+        dog.stop("done")
+
+
+def test_rounds_report_a_waiting_node_only_when_not_held():
+    from meshrun.runtime.rendezvous import Rounds
+
+    rounds = Rounds()
+    assert rounds.nodes_waiting() == 0            # no workers yet (current -1)
+    rounds.current, rounds.wanted = 0, 1
+    assert rounds.nodes_waiting() == 1            # a failed node waits in round 1
+    rounds.hold()
+    assert rounds.nodes_waiting() == 0            # a hang restart of this node is pending
+
+
 def test_no_hang_is_judged_once_some_nodes_workers_are_over():
     """Node 1's workers finished (its goodbye says done): rank 0 alone, saving or uploading
     with no collective for longer than the hang timeout, is the job ending, not a hang."""

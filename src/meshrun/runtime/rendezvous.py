@@ -58,7 +58,24 @@ class Rounds:
         self.wanted = 0
         self.goodbyes: dict[int, str] = {}
         self.members = members  # None: the plan's (no spare has taken a seat)
+        self.held = False       # a hang restart is under way: see :meth:`hold`
         self.lock = threading.Lock()
+
+    def hold(self) -> None:
+        """A hang restart of this node's workers is decided but not yet done: until this
+        node's agent arrives at its next round, no newer round counts as "nodes waiting".
+        Otherwise torch's agent, polling :meth:`num_nodes_waiting` while another node that
+        acted first already arrived, restarts the hung workers as a membership change,
+        which does not count as a restart (TORCHELASTIC_RESTART_COUNT unchanged) and races
+        this node's own kill of them."""
+        with self.lock:
+            self.held = True
+
+    def nodes_waiting(self) -> int:
+        """1 when a node waits in a round newer than this node's workers' (its agent then
+        restarts them to join it), else 0; 0 while a hang restart is :meth:`hold`-ing."""
+        with self.lock:
+            return 1 if self.wanted > self.current >= 0 and not self.held else 0
 
     def membership(self, plan: LaunchPlan) -> Membership:
         with self.lock:
@@ -122,6 +139,7 @@ def next_round(calls: Any, plan: LaunchPlan, rounds: Rounds, *,
     with rounds.lock:
         rounds.current = rnd
         rounds.wanted = max(rounds.wanted, rnd)
+        rounds.held = False
     return rnd, endpoint
 
 
@@ -184,8 +202,7 @@ def _handler(job: JobStore, plan: LaunchPlan, rounds: Rounds) -> Any:
         def num_nodes_waiting(self) -> int:
             """Nodes waiting in a newer round (from node 0's watch, no store call): the
             agent then restarts this node's workers to join them."""
-            with rounds.lock:
-                return 1 if rounds.wanted > rounds.current >= 0 else 0
+            return rounds.nodes_waiting()
 
         def get_run_id(self) -> str:
             return plan.run_id

@@ -519,6 +519,9 @@ class Watchdog(threading.Thread):
         if replaced is not None:
             return replaced
         if self.rounds is not None:
+            if watch.verdict is not None and watch.verdict.restart and \
+                    watch.gen >= self._gen and self._acted_gen != watch.gen:
+                self.rounds.hold()  # before a newer round can count as nodes waiting
             with self.rounds.lock:
                 self.rounds.wanted = max(self.rounds.wanted, watch.round)
                 self.rounds.goodbyes = dict(watch.goodbyes)
@@ -657,6 +660,8 @@ class Watchdog(threading.Thread):
                                   self.members.seats)
         stalled = self._hang["stalled"] + (now - self._hang["since"])
         by_coll = all(at[0] < 0 for at in positions.values())  # no rank reports steps
+        if restart and self.rounds is not None:
+            self.rounds.hold()  # node 0 restarts its workers last: see Rounds.hold
         self._hang.update(verdict=protocol.HangVerdict(hang_line(list(who), stalled, by_coll),
                                                        who, restart), decided=now)
 
