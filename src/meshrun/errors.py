@@ -64,10 +64,11 @@ class Diagnostic:
     fix: str
 
     def line(self) -> str:
-        """The one line printed for it."""
-        text = f"meshrun: {self.severity}: {self.message}"
+        """The one line printed for it: control characters the user typed (a carriage
+        return, a newline inside a value) are shown escaped, so it stays one line."""
+        text = f"meshrun: {self.severity}: {one_line(self.message)}"
         if self.fix:
-            text += f"; fix: {self.fix}"
+            text += f"; fix: {one_line(self.fix)}"
         return f"{text} [{self.code}]"
 
     def to_json(self) -> dict:
@@ -77,6 +78,15 @@ class Diagnostic:
     @property
     def hint(self) -> str:  # the name the fix had before it had one name
         return self.fix
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def one_line(text: str) -> str:
+    """``text`` with every control character (and Unicode's line and paragraph separators)
+    written as its escape: ``\\r``, ``\\n``, ``\\x1b``."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 def check_shape(code: str, severity: str) -> None:

@@ -230,6 +230,10 @@ def test_a_users_trainer_script_goes_on_through_a_spare_s_takeover(tmp_path, fra
     logs = tmp_path / "logs" / "fw"
     rank1 = (logs / "rank1.log").read_text()
     assert "resuming from" in rank1, rank1[-3000:]
+    # the lost node's part and the spare's, one line between (a shared log folder here)
+    head = "--- meshrun: membership epoch 1: this rank runs on node 2 from here on ---"
+    assert rank1.count(head) == 1 and rank1.index(head) < rank1.index("resuming from"), \
+        rank1[-3000:]
     reports = [json.loads(line.split("REPORT ", 1)[1])
                for k in (0, 2) for line in nodes.output(k).splitlines() if "REPORT {" in line]
     assert sorted(r["rank"] for r in reports) == [0, 1], nodes.outputs()[-3000:]

@@ -18,8 +18,8 @@ SEEDS_WORKER = {"WORLD_SIZE": "2", "RANK": "1", "MASTER_ADDR": "10.0.0.1",
                 "MASTER_PORT": "23456"}
 
 
-def meshrun_cli(*args: str, env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "meshrun", *args], env=env,
+def meshrun_cli(*args: str, env: dict, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "meshrun", *args], env=env, cwd=cwd,
                           capture_output=True, text=True, timeout=60)
 
 
@@ -47,9 +47,10 @@ def rows(text: str) -> dict[str, list[str]]:
 
 # --- plan ------------------------------------------------------------------------------------
 
-def test_plan_text_is_an_aligned_key_value_block(gpu_bin):
+def test_plan_text_is_an_aligned_key_value_block(gpu_bin, tmp_path):
+    (tmp_path / "train.py").write_text("pass\n")   # plan refuses a script run would refuse
     done = meshrun_cli("plan", "--", "train.py", "--lr", "1",
-                       env=neutral_env(gpu_bin, **SEEDS_WORKER))
+                       env=neutral_env(gpu_bin, **SEEDS_WORKER), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
     lines = done.stdout.splitlines()
@@ -95,9 +96,12 @@ def test_plan_json_with_gpus(gpu_bin):
     assert data["command"] is None
 
 
-def test_plan_json_without_gpus(empty_bin):
+def test_plan_json_without_gpus(empty_bin, tmp_path):
+    (tmp_path / "pkg").mkdir()                      # a module run would find
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "train.py").write_text("pass\n")
     done = meshrun_cli("plan", "--json", "-m", "pkg.train", "--epochs", "2",
-                       env=neutral_env(empty_bin))
+                       env=neutral_env(empty_bin), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     assert (data["nnodes"], data["node_rank"], data["nproc_per_node"], data["world_size"]) \

@@ -489,3 +489,55 @@ def test_a_full_disk_is_not_shm_because_the_log_mentions_dev_shm():
     assert _codes(text) == ["disk-full"]
     shm = "OSError: [Errno 28] No space left on device: '/dev/shm/torch_123'\n"
     assert _codes(shm) == ["shm-too-small"]
+
+
+# --- logs of any size, and files that are not logs (issue 21) ------------------------------
+
+def _big_log(path: Path, lines_before: int, cause: list[str], lines_after: int) -> int:
+    """A rank log of ordinary training lines with ``cause`` between them; the cause's first
+    line number."""
+    filler = "[rank1]: step {} loss 2.3125 lr 0.0001 samples/s 812.4 tokens 4096 ok\n"
+    with open(path, "w") as handle:
+        for n in range(lines_before):
+            handle.write(filler.format(n))
+        for line in cause:
+            handle.write(line + "\n")
+        for n in range(lines_after):
+            handle.write(filler.format(lines_before + n))
+    return lines_before + 1
+
+
+def test_a_log_too_large_to_read_whole_is_read_in_part_and_keeps_an_early_cause(tmp_path):
+    """A 40 MB log whose disk-full traceback lies in the middle (neither the head nor the
+    tail read whole): found, with the file's own line number, and the note says what was
+    read; the same cause near the end of a small log is found the same way."""
+    from meshrun.diagnose import engine
+
+    cause = ["[rank1]: Traceback (most recent call last):",
+             '[rank1]:   File "train.py", line 40, in <module>',
+             "[rank1]:     torch.save(state, path)",
+             "[rank1]: OSError: [Errno 28] No space left on device: '/ckpt/step-300.pt'"]
+    big = tmp_path / "rank1.log"
+    at = _big_log(big, 150_000, cause, 150_000)
+    assert big.stat().st_size > engine.WHOLE_BYTES
+    found = diagnose_files([big])
+    assert found and found[0].code == "disk-full", [d.code for d in found]
+    assert found[0].rank == 1 and found[0].line_no == at + 3
+    text = engine._read(str(big))
+    assert "the lines with an error word" in text and len(text) < 4 << 20
+    small = tmp_path / "small" / "rank1.log"
+    small.parent.mkdir()
+    at = _big_log(small, 1_000, cause, 10)
+    again = diagnose_files([small])
+    assert again[0].code == "disk-full" and again[0].line_no == at + 3
+
+
+def test_a_fifo_or_a_device_is_refused_not_read(tmp_path):
+    import os
+
+    fifo = tmp_path / "node0.log"
+    os.mkfifo(fifo)
+    for path in (fifo, Path("/dev/zero")):
+        with pytest.raises(UsageError) as info:
+            diagnose_files([path])
+        assert info.value.code == "log-unreadable" and "not a regular file" in str(info.value)

@@ -290,3 +290,26 @@ def test_a_node_diagnoses_its_own_files_only(tmp_path):
     for name in ("node0.log", "node1.log", "rank0.log", "rank1.log"):
         (tmp_path / name).write_text("x\n")
     assert [Path(p).name for p in node_logs(plan)] == ["node1.log", "rank1.log"]
+
+
+def test_a_rank_log_continued_in_a_new_membership_epoch_says_so_and_the_seat_counts_as_run(
+        tmp_path):
+    """A spare (node 2, no ranks of its own) takes seat 1 in epoch 1: the rank logs it
+    continues (the lost node's, in a shared log folder) get one line before its output, and
+    the ranks it ran are what its diagnosis and stack clean-up look at."""
+    (tmp_path / "rank2.log").write_text("lost node's line\n")
+    router = LogRouter(str(tmp_path), 2, ())
+    try:
+        assert router.ranks_run() == ()
+        router.begin_epoch(1, (2, 3))
+        for line in ("[rank2]: resumed at step 25", "[rank3]: resumed", "[rank2]: step 26"):
+            router.route(line)
+        assert router.ranks_run() == (2, 3)
+    finally:
+        router.close()
+    assert (tmp_path / "rank2.log").read_text().splitlines() == [
+        "lost node's line",
+        "--- meshrun: membership epoch 1: this rank runs on node 2 from here on ---",
+        "resumed at step 25", "step 26"]
+    assert (tmp_path / "rank3.log").read_text().splitlines()[0].startswith(
+        "--- meshrun: membership epoch 1:")

@@ -17,16 +17,18 @@ HEAVY = {"torch", "numpy", "accelerate", "transformers", "deepspeed", "lightning
 
 # package -> the meshrun packages it may import (besides itself); "recipes" means the
 # torch-free registry (meshrun.recipes), never a recipe module.
-PURE = {"errors", "redact", "protocol", "topology", "job", "nccl", "plan", "diagnose", "render"}
+PURE = {"errors", "redact", "protocol", "topology", "job", "nccl", "plan", "diagnose", "render",
+        "outfile"}
 ALLOWED = {
     "errors": set(),
     "redact": set(),
     "protocol": set(),
     "sockets": set(),
+    "outfile": {"errors"},  # files the user named: written whole, read only if regular
     "harness": {"topology"},  # nodes on loopback for the tests and the benchmarks
     "topology": {"errors"},
     "facts": {"errors", "topology"},
-    "job": {"errors", "recipes"},
+    "job": {"errors", "recipes", "outfile"},
     "nccl": {"errors", "facts", "plan"},
     "plan": {"errors", "redact", "topology", "facts", "job", "nccl"},
     "diagnose": {"errors", "redact"},

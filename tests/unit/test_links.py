@@ -45,6 +45,8 @@ def _master(nnodes: int):
     master.set(protocol.WATCH, protocol.Watch(0).encode())
     for node in range(nnodes):
         master.set(protocol.heartbeat_key(node), protocol.Heartbeat(0).encode())
+        master.set(protocol.node_key(node),  # as the join leaves it: the links carry its token
+                   protocol.NodeClaim(f"h{node}", 100 + node, f"tok{node}").encode())
     return master
 
 
@@ -132,3 +134,53 @@ def test_a_node_that_ends_in_order_is_not_lost():
     finally:
         member.kill()
         dog0.stop("done")
+
+
+def test_a_stranger_on_the_links_port_can_neither_stop_nor_speak_for_a_node():
+    """Issue 21's attack: the rank header for node 1, then close (four bytes; and the same
+    with a made-up token, and with a goodbye byte): before, node 1's real link was replaced
+    and both nodes stopped within 0.3 s, each saying the other died. Now each is held, then
+    refused and said once on node 0; a second link with node 1's own token does not replace
+    its live one either; node 1's real link still names its death at once."""
+    import socket
+    import struct
+
+    master = _master(2)
+    events0: list = []
+    warned: list = []
+    from meshrun.runtime.watchdog import Watchdog
+
+    dog0 = Watchdog(host="127.0.0.1", port=master.port, node_rank=0, nnodes=2, world_size=2,
+                    hosts={0: "h0", 1: "h1"}, node_timeout=30.0, hang_timeout=0,
+                    interval=0.2, on_event=events0.append, on_warning=warned.append)
+    dog0.start()
+    member = _node(master.port, 1, 2)
+    try:
+        assert _until(lambda: dog0._hub is not None and dog0._hub.linked() == {1}, 30)
+        port = dog0._hub.port
+        for payload in (struct.pack("!I", 1), struct.pack("!I8s", 1, b"guessed!"),
+                        struct.pack("!I8s", 1, b"guessed!") + b"f",
+                        struct.pack("!I8s", 1, b"tok1\0\0\0\0")):   # node 1's own token
+            with socket.create_connection(("127.0.0.1", port)) as stranger:
+                stranger.sendall(payload)
+            time.sleep(0.2)
+        lingering = socket.create_connection(("127.0.0.1", port))   # stays open
+        lingering.sendall(struct.pack("!I8s", 1, b"guessed!"))
+        time.sleep(6.5)                        # past the unverified links' 5 s
+        lingering.close()
+        assert events0 == [] and dog0.goodbyes == {}, (events0, dog0.goodbyes)
+        assert dog0._hub.linked() == {1} and dog0._hub.dead() == {}
+        assert member.poll() is None           # node 1 did not stop either
+        assert warned and all(w.startswith("meshrun: ignored a liveness link claiming node 1 "
+                                           "from 127.0.0.1:") for w in warned), warned
+        assert any("did not carry the token" in w for w in warned), warned      # lingering
+        assert any("closed before its token was checked" in w for w in warned), warned
+        assert any("link is already open" in w for w in warned), warned
+        killed = time.monotonic()
+        os.kill(member.pid, signal.SIGKILL)
+        assert _until(lambda: events0, 5) and events0[0].node == 1
+        assert time.monotonic() - killed < 2.0
+    finally:
+        member.kill()
+        member.wait()
+        dog0.stop("stopped")

@@ -74,3 +74,33 @@ def test_a_node_lost_three_times_is_kept_out_when_it_comes_back():
     assert m.role(1) == "kept out" and 1 not in m.spares and 1 not in m.lost
     assert after_loss(m, 1, next_round=9) == (m, Change.KNOWN)
     assert Membership.decode(m.encode()) == m
+
+
+def test_with_no_spare_left_the_job_shrinks_to_its_minimum_with_contiguous_seats_then_stops():
+    from meshrun.runtime.membership import after_admit
+
+    m = Membership.initial(4)                              # seats 0..3, no spare
+    assert after_loss(m, 2, next_round=3) == (m, Change.FATAL)      # no minimum: as before
+    small, change = after_loss(m, 1, next_round=3, min_seats=2)
+    assert change == Change.SHRINK and small.seats == (0, 2, 3) and small.lost == (1,)
+    assert small.epoch == 1 and small.round == 3 and "goes on with 3 nodes" in small.reason
+    assert small.ranks_of(2, 2) == (2, 3) and small.ranks_of(3, 2) == (4, 5)  # moved down
+    smaller, change = after_loss(small, 3, next_round=5, min_seats=2)
+    assert change == Change.SHRINK and smaller.seats == (0, 2)
+    assert after_loss(smaller, 2, next_round=6, min_seats=2) == (smaller, Change.FATAL)
+    assert after_loss(small, 0, next_round=6, min_seats=1) == (small, Change.FATAL)
+    # node 1 comes back: a spare, admitted at a checkpoint boundary into a new last seat
+    back = after_return(smaller, 1)
+    assert back.spares == (1,) and back.seats == (0, 2)
+    grown = after_admit(back, 4, next_round=8)
+    assert grown.seats == (0, 2, 1) and grown.spares == () and grown.epoch == back.epoch + 1
+    assert grown.round == 8 and "grows to 3 nodes" in grown.reason
+    assert after_admit(grown, 4, next_round=9) == grown          # no spare: unchanged
+    assert after_admit(after_return(m, 1), 4, next_round=9) == m  # whole: unchanged
+    assert Membership.decode(grown.encode()) == grown
+
+
+def test_a_spare_is_used_before_the_job_shrinks():
+    m = Membership.initial(4, 1)                           # seats 0..2, spare 3
+    after, change = after_loss(m, 1, next_round=2, min_seats=2)
+    assert change == Change.TAKEOVER and after.seats == (0, 3, 2)

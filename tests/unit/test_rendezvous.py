@@ -195,3 +195,55 @@ def test_a_spare_is_in_no_round_until_it_takes_a_seat_and_then_meets_the_others_
                        2: (1, protocol.Endpoint("127.0.0.1", 50102))}
     assert seat_and_world(plans[2], rounds[2]) == (1, 2)
     assert seat_and_world(plans[0], rounds[0]) == (0, 2)
+
+
+# -- a node started again faster than the job noticed its loss (store.join's wait_lost) -------
+
+def _rejoin(master, node: int, wait_lost: float):
+    from meshrun.runtime.store import join
+
+    plan = SimpleNamespace(node_rank=node, nnodes=3, hostname="h-new", master_addr="127.0.0.1",
+                           join_timeout=10, spares=1)
+    job = SimpleNamespace(calls=_client(master), port=master.port)
+    try:
+        return join(job, plan, wait_lost=wait_lost)
+    finally:
+        job.calls.close(1.0)
+
+
+def _running_job_holding(master, node: int) -> None:
+    """A job of 3 nodes (one a spare) that formed; ``node``'s old claim is still there."""
+    for n in range(3):
+        master.set(protocol.node_key(n), protocol.NodeClaim(f"h{n}", 100 + n, "old").encode())
+    master.add(protocol.JOINED, 3)
+
+
+def test_a_node_started_again_before_its_loss_was_noticed_waits_and_then_comes_back(master):
+    _running_job_holding(master, 1)
+    lost, _ = after_loss(Membership.initial(3, 1), 1, next_round=1)
+
+    def notice_later():
+        time.sleep(1.0)                      # node 0's watchdog finds node 1 lost
+        master.set(protocol.MEMBERS, lost.encode())
+
+    threading.Thread(target=notice_later).start()
+    start = time.monotonic()
+    members = _rejoin(master, 1, wait_lost=20)
+    assert members == lost and 1 in members.lost   # node 0 then makes it the spare
+    assert 0.9 < time.monotonic() - start < 10
+    claim = protocol.NodeClaim.decode(master.get(protocol.node_key(1)))
+    assert claim.host == "h-new"             # the claim is the new process's now
+
+
+def test_a_rank_held_by_a_live_node_is_a_duplicate_after_the_wait(master):
+    from meshrun.errors import StartupError
+
+    _running_job_holding(master, 2)
+    start = time.monotonic()
+    with pytest.raises(StartupError) as info:
+        _rejoin(master, 2, wait_lost=1.0)
+    assert info.value.code == "duplicate-node-rank"
+    assert "already taken by h2 pid 102" in str(info.value)
+    assert 0.9 < time.monotonic() - start < 5
+    claim = protocol.NodeClaim.decode(master.get(protocol.node_key(2)))
+    assert claim.host == "h2"                # the live node keeps its claim

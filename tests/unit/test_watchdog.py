@@ -161,6 +161,8 @@ def _job(nnodes: int = 2, clock=None, **kw):
     master.set(protocol.WATCH, protocol.Watch(0).encode())
     for node in range(nnodes):
         master.set(protocol.heartbeat_key(node), protocol.Heartbeat(0).encode())
+        master.set(protocol.node_key(node),
+                   protocol.NodeClaim(f"h{node}", 100 + node, f"tok{node}").encode())
     events: dict[int, list] = {n: [] for n in range(nnodes)}
     extra = {"clock": clock} if clock is not None else {}
     if "notices" in kw:
@@ -647,3 +649,26 @@ def test_a_node_replaced_while_frozen_stops_when_it_wakes_and_a_restarted_one_wa
     dogs[1].stop("stopped")
     dogs[2].stop("stopped")
     dogs[0].stop("stopped")
+
+
+def test_the_probe_signals_only_a_process_that_catches_sigusr1():
+    """A worker still starting (no stack-dump handler yet) would be killed by SIGUSR1: the
+    kernel's SigCgt says which processes have the handler."""
+    import signal
+
+    from meshrun.runtime.events import catches
+
+    bare = subprocess.Popen(["sleep", "30"])
+    dumping = subprocess.Popen([sys.executable, "-c", (
+        "import faulthandler, signal, sys, time; "
+        "faulthandler.register(signal.SIGUSR1, file=sys.stderr); print('ready', flush=True); "
+        "time.sleep(30)")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert dumping.stdout.readline().strip() == "ready"
+        assert catches(dumping.pid, signal.SIGUSR1)
+        assert not catches(bare.pid, signal.SIGUSR1)
+        assert catches(2**22 + 12345, signal.SIGUSR1)      # /proc cannot say: as before
+    finally:
+        for proc in (bare, dumping):
+            proc.kill()
+            proc.wait()

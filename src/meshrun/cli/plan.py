@@ -7,6 +7,7 @@ import argparse
 import json
 
 from ..plan import describe
+from ..runtime.checks import check_checkpoint_dir, check_command, check_worker_env
 from ..runtime.planning import job_input, plan_here
 from .base import Context, Verb
 from .options import add_job_flags, add_node_flags, flags_from
@@ -27,6 +28,10 @@ class PlanVerb(Verb):
                              checkpoint_dir=a.checkpoint_dir)
         plan = plan_here(ctx.env, flags_from(a), cmd, job, accelerate=a.accelerate,
                          deepspeed=a.deepspeed)
+        if cmd is not None:  # what run would refuse, plan refuses (and makes nothing)
+            check_command(cmd)
+        check_worker_env(ctx.env)
+        check_checkpoint_dir(plan)
         print(json.dumps(plan.to_json(), indent=2, sort_keys=True) if a.json
               else describe(plan))
         return 0

@@ -6,7 +6,6 @@ the plan: ``k8s``, ``pytorchjob``, ``trainjob``, ``volcano``, ``slurm``, ``docke
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from dataclasses import fields
 
@@ -67,11 +66,9 @@ class RenderVerb(Verb):
         if not a.output:
             sys.stdout.write(text)
             return 0
-        if os.path.exists(a.output) and not a.force:
-            raise UsageError(f"{a.output} exists and would be overwritten", subject="-o",
-                             hint="choose another file, or pass --force", code="output-exists")
-        with open(a.output, "w") as handle:
-            handle.write(text)
+        from ..outfile import write_output
+
+        write_output(a.output, text, force=a.force)
         print(f"meshrun: wrote {a.output}", file=sys.stderr)
         return 0
 

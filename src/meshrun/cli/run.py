@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import argparse
 
-from ..runtime.checks import check_command, check_log_dir, check_worker_env
+from ..runtime.checks import (
+    check_checkpoint_dir,
+    check_command,
+    check_log_dir,
+    check_worker_env,
+)
 from ..runtime.planning import job_input, plan_here
 from .base import Context, Verb
 from .options import (
@@ -69,6 +74,7 @@ class RunVerb(Verb):
             plan = with_node_check(plan, ctx.env)
         check_command(cmd)
         check_worker_env(ctx.env)
+        check_checkpoint_dir(plan)
         check_log_dir(plan.log_dir)
         return run(plan, env=ctx.env, max_restarts=restarts(a, ctx.env),
                    preflight=not a.no_preflight, require_paths=tuple(a.require_path),

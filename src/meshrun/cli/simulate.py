@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..runtime.checks import check_command, check_worker_env
+from ..runtime.checks import check_checkpoint_path, check_command, check_worker_env
 from ..runtime.planning import job_input
 from ..runtime.supervision import options as supervision_options
 from .base import Context, Verb
@@ -74,6 +74,8 @@ class SimulateVerb(Verb):
         cmd = ctx.require(cmd, self.name)
         check_command(cmd)
         check_worker_env(ctx.env)
+        if a.checkpoint_dir:  # one from --config or --set: each node's `run` checks it
+            check_checkpoint_path(a.checkpoint_dir, "--checkpoint-dir")
         return simulate(ctx.env, cmd, request(ctx, max_restarts=restarts(a, ctx.env)), job=job)
 
 

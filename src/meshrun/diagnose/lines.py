@@ -208,10 +208,12 @@ def load(name: str, text: str) -> File:
     handle = File(name, text, rank=int(rank_m.group(1)) if rank_m else None,
                    node=int(node_m.group(1)) if node_m else None)
     in_traceback: dict[tuple, bool] = {}  # per writer: inside "Traceback (most recent ...)"
-    for no, raw in enumerate(text.splitlines(), 1):
+    numbers = getattr(text, "numbers", None)  # a large log read in part (engine.Kept)
+    for idx, raw in enumerate(text.splitlines()):
+        no = numbers[idx] if numbers is not None and idx < len(numbers) else idx + 1
         body, rank, local, host, node = peel(raw)
         line = Line(no, raw, body, rank if rank is not None else handle.rank, local, host,
-                     node if node is not None else handle.node, idx=no - 1)
+                     node if node is not None else handle.node, idx=idx)
         writer = (line.rank, line.local_rank, line.node)
         if body.startswith(_OWN_SUMMARY):
             line.skip = True  # an earlier diagnosis, printed into the log: not evidence

@@ -27,15 +27,23 @@ except ModuleNotFoundError:  # pragma: no cover - Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 TOP_LEVEL = ("recipe", "train", "parallel", "checkpoint", "model", "profiles")
+CONFIG_MAX_BYTES = 1 << 20  # a job config is a few hundred bytes; 1 MiB is no config
 
 
 # --- reading --------------------------------------------------------------------------------
 
 def load_file(path: str) -> dict:
-    """Read a TOML config file. Missing file or bad TOML: a UsageError naming ``--config``."""
+    """Read a TOML config file. Missing file, bad TOML, or anything but a regular file of at
+    most :data:`CONFIG_MAX_BYTES` (a FIFO would block, /dev/zero grow without end): a
+    UsageError naming ``--config``."""
+    from ..outfile import regular_file_or_refuse
+
     try:
+        regular_file_or_refuse(path, "--config", CONFIG_MAX_BYTES, code="config-file-unreadable",
+                               what="a TOML config file")
         with open(path, "rb") as handle:
-            data = tomllib.load(handle)
+            raw = handle.read(CONFIG_MAX_BYTES + 1)
+        data = tomllib.loads(raw.decode("utf-8"))
     except FileNotFoundError:
         raise UsageError(f"--config {path}: no such file", subject="--config",
                          hint="check the path; it is read relative to the directory "

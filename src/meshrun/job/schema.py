@@ -273,6 +273,8 @@ def num(x: float) -> str:
     """Short number: ``2e-4``, ``0.001``, ``256``, ``1.41421e-4``."""
     if isinstance(x, int) and not isinstance(x, bool):
         return str(x)
+    if not math.isfinite(x):  # inf, -inf, nan (1e999 in TOML is inf): shown as written
+        return str(x)
     if x != 0 and (abs(x) < 1e-3 or abs(x) >= 1e6):
         mantissa, exponent = f"{x:.6e}".split("e")
         mantissa = mantissa.rstrip("0").rstrip(".")

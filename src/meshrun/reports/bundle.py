@@ -59,19 +59,22 @@ def write_start(plan: LaunchPlan, env: Mapping[str, str]) -> list[str]:
     return [path for path in kept if path]
 
 
-def node_logs(plan: LaunchPlan) -> list[str]:
-    """This node's own logs: ``node<k>.log`` and its ranks' ``rank<r>.log`` (those that exist).
-    Not the other nodes' files a shared log folder also holds: a node explains what it saw."""
-    names = [f"node{plan.node_rank}.log", *(f"rank{r}.log" for r in plan.global_ranks)]
+def node_logs(plan: LaunchPlan, ranks: tuple[int, ...] | None = None) -> list[str]:
+    """This node's own logs: ``node<k>.log`` and its ranks' ``rank<r>.log`` (those that exist;
+    ``ranks``: those its workers ran, when a spare took a seat; else the plan's). Not the
+    other nodes' files a shared log folder also holds: a node explains what it saw."""
+    ranks = plan.global_ranks if ranks is None else ranks
+    names = [f"node{plan.node_rank}.log", *(f"rank{r}.log" for r in ranks)]
     return [p for p in (os.path.join(plan.log_dir, n) for n in names) if os.path.isfile(p)]
 
 
-def write_diagnosis(plan: LaunchPlan) -> list[str]:
-    """Diagnose this node's logs; write diagnosis.node<k>.json; return the sentences."""
+def write_diagnosis(plan: LaunchPlan, ranks: tuple[int, ...] | None = None) -> list[str]:
+    """Diagnose this node's logs (see :func:`node_logs`); write diagnosis.node<k>.json;
+    return the sentences."""
     from ..diagnose import diagnose_files, render_text, to_json
 
     try:
-        found = diagnose_files(node_logs(plan), job=plan.job, device=plan.device)
+        found = diagnose_files(node_logs(plan, ranks), job=plan.job, device=plan.device)
     except Exception as exc:  # noqa: BLE001 - a diagnosis must never hide the failure itself
         return [f"(diagnosis failed: {redact_text(str(exc))[:200]})"]
     _write(plan, f"diagnosis.node{plan.node_rank}.json", to_json(found))

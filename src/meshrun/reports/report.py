@@ -115,7 +115,10 @@ def _plan(path: str) -> dict[str, Any]:
 def _records(path: str) -> list[dict[str, Any]]:
     name = os.path.join(path, "metrics.jsonl")
     try:
-        with open(name, encoding="utf-8") as f:
+        if os.path.exists(name) and not os.path.isfile(name):
+            raise _fail(name, "is not a regular file (a FIFO, a device or a folder)",
+                        "leave this run out, or put the run's own metrics.jsonl back")
+        with open(name, encoding="utf-8", errors="replace") as f:  # bytes: a bad line below
             lines = f.read().splitlines()
     except FileNotFoundError:
         raise _fail(path, "no metrics.jsonl in this run's folder",
@@ -189,7 +192,8 @@ def _node_steps(path: str) -> list[dict[str, Any]]:
 def _slow_lines(path: str) -> list[str]:
     """The straggler notices node 0 printed (``events.node0.jsonl``)."""
     try:
-        with open(os.path.join(path, "events.node0.jsonl"), encoding="utf-8") as f:
+        with open(os.path.join(path, "events.node0.jsonl"), encoding="utf-8",
+                  errors="replace") as f:
             lines = f.read().splitlines()
     except OSError:
         return []

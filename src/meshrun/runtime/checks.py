@@ -24,6 +24,36 @@ def check_log_dir(path: str) -> None:
                          "(or set MESHRUN_LOG_DIR)", code="log-dir-unwritable") from None
 
 
+def check_checkpoint_dir(plan) -> None:
+    """The job config's checkpoint folder (``--checkpoint-dir``, ``checkpoint.dir``) is a
+    folder, or can become one: a file in its place (or on its path) is one line and exit 2
+    before anything starts, not a failure of every worker at its first save. Nothing is
+    made here (``meshrun plan`` has no side effects)."""
+    job = getattr(plan, "job", None)
+    path = getattr(getattr(job, "checkpoint", None), "dir", None)
+    if path:
+        check_checkpoint_path(path, (getattr(job, "source", None) or {}).get(
+            "checkpoint.dir", "checkpoint.dir"))
+
+
+def check_checkpoint_path(path: str, where: str) -> None:
+    """:func:`check_checkpoint_dir` for one path; ``where`` says where it was given."""
+    probe = os.path.abspath(path)
+    while not os.path.exists(probe) and os.path.dirname(probe) != probe:
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        what = "is a file" if probe == os.path.abspath(path) else f"is under a file, {probe}"
+        raise UsageError(f"the checkpoint folder {path} ({where}) {what}, not a folder",
+                         subject="--checkpoint-dir", hint="pass --checkpoint-dir a folder "
+                         "(it is made if missing), or set checkpoint.dir",
+                         code="checkpoint-dir-not-a-folder")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise UsageError(f"the checkpoint folder {path} ({where}) cannot be written "
+                         f"({probe} is not writable)", subject="--checkpoint-dir",
+                         hint="pass --checkpoint-dir on a writable filesystem",
+                         code="checkpoint-dir-unwritable")
+
+
 def check_worker_env(env: Mapping[str, str]) -> None:
     """Variables the workers read that meshrun can check before starting them."""
     from ..recipes import parse_peak_flops

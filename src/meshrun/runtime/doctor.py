@@ -80,6 +80,14 @@ def _disk(plan: LaunchPlan, checkpoint_dir: str) -> list[Check]:
         probe = os.path.abspath(path)
         while not os.path.exists(probe):
             probe = os.path.dirname(probe)
+        if not os.path.isdir(probe):
+            flag = "--log-dir" if what == "logs" else "--checkpoint-dir"
+            out.append(Check("disk-space", "error", path,
+                             f"the folder for {what} ({path}) "
+                             + ("is a file" if probe == os.path.abspath(path)
+                                else f"is under a file, {probe}"),
+                             f"point {flag} at a folder (it is made if missing)"))
+            continue
         free = shutil.disk_usage(probe).free
         severity = "error" if free < GIB else "warning" if free < 10 * GIB else "info"
         out.append(Check("disk-space", severity, path,

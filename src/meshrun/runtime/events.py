@@ -131,6 +131,20 @@ def process_state(pid: int) -> str:
         return ""
 
 
+def catches(pid: int, signum: int) -> bool:
+    """Whether the process has a handler for ``signum`` (``SigCgt`` in /proc/<pid>/status):
+    a worker still starting has not registered its stack-dump handler yet, and SIGUSR1
+    would kill it. True where /proc cannot say (the signal is then sent as before)."""
+    try:
+        with open(f"/proc/{pid}/status") as handle:
+            for line in handle:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return True
+
+
 def restart_verdict(restarts_left: Mapping[int, int], nodes: int | Sequence[int]) -> bool:
     """Pure: restart after a hang only when every seated node (``nodes``: their node ranks,
     or a count for nodes 0..n-1) answered the probe with a restart left (a node without one

@@ -91,7 +91,7 @@ def run(plan: LaunchPlan, *, env: Mapping[str, str], max_restarts: int = 0,
             say(f"kept an earlier run's log as {moved}")
         stopped = False
         try:
-            code = _launch(plan, max_restarts, preflight, require_paths, supervision)
+            code = _launch(plan, max_restarts, preflight, require_paths, supervision, router)
         except MeshrunError as err:
             print(err.line(), file=sys.stderr, flush=True)
             code = err.exit_code
@@ -107,9 +107,9 @@ def run(plan: LaunchPlan, *, env: Mapping[str, str], max_restarts: int = 0,
         from .logs import drop_empty_stacks, scrub_raw
 
         scrub_raw(plan.log_dir, plan.node_rank)
-        drop_empty_stacks(plan.log_dir, plan.global_ranks)
+        drop_empty_stacks(plan.log_dir, router.ranks_run())
         if code != 0 and not stopped:  # nothing to explain when the user or scheduler stopped it
-            _explain(plan)
+            _explain(plan, router.ranks_run())
         return code
     finally:
         router.close()
@@ -151,13 +151,14 @@ def _quiet_agent_lines() -> None:
 
 
 def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
-            require_paths: tuple[str, ...], supervision: Supervision) -> int:
+            require_paths: tuple[str, ...], supervision: Supervision, router: LogRouter) -> int:
     started = time.monotonic()
     _quiet_agent_cpp_warnings()
     job = open_store(plan)
     try:
         with store_errors(plan, job.port, "waiting for the other nodes to join"):
-            members = join(job, plan)
+            members = join(job, plan, wait_lost=(supervision.node_timeout + 10.0
+                                                 if plan.spares else 0.0))
         if preflight:  # a node that came back into a running job: against node 0's alone
             _preflight(job, plan, require_paths, late=members is not None)
         elif plan.nnodes > 1:
@@ -193,6 +194,8 @@ def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
             dog.clear_suspicion()  # a failure of the epoch before is no suspicion now
             os.environ.update(epoch_environment(members, reason))
             ranks = members.ranks_of(plan.node_rank, plan.nproc_per_node)
+            if members.epoch:
+                router.begin_epoch(members.epoch, ranks)
             say(f"starting {_workers(plan.nproc_per_node)}: {ranks_phrase(ranks)} of "
                 f"{plan.world_size} ({time.monotonic() - started:.1f} s after start"
                 + (f"; membership epoch {members.epoch}" if members.epoch else "") + ")")
@@ -332,7 +335,7 @@ def _preflight(job: JobStore, plan: LaunchPlan, require_paths: tuple[str, ...], 
         f"({time.monotonic() - started:.2f} s)")
 
 
-def _explain(plan: LaunchPlan) -> None:
+def _explain(plan: LaunchPlan, ranks: tuple[int, ...]) -> None:
     """After a failure: meshrun diagnose over this node's logs, one sentence per cause
     (written to ``diagnosis.node<k>.json``; printed here unless the node is simulated:
     ``meshrun simulate`` prints one diagnosis of the whole run instead of one per node)."""
@@ -340,7 +343,7 @@ def _explain(plan: LaunchPlan) -> None:
 
     sys.stdout.flush()
     sys.stderr.flush()
-    lines = write_diagnosis(plan)
+    lines = write_diagnosis(plan, ranks)
     if plan.simulated_workers:
         return
     for line in lines:

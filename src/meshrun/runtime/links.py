@@ -13,6 +13,17 @@ agent died.
 What a link cannot see: a frozen host or a cut cable send nothing at all, so those are
 still found by the heartbeats (``--node-timeout``). A link that never opened (a firewall)
 only means the heartbeats alone judge that node.
+
+A link proves which node it is: its header carries the node's rank and the token of its
+claim from the join (``meshrun/node/<k>``: a random tag each process draws), and the hub
+takes it only when that token is the rank's claim's. A connection with another token (a
+stranger on the port, a second process given the same rank) is held unverified while node
+0's watchdog reads the rank's claim again (a node that came back may link before node 0
+saw its new claim), then closed and reported once (:meth:`Hub.ignored`); it never replaces,
+closes or speaks for the rank's real link. A link with the rank's current token replaces an
+older one of another token: the node came back as a new process. (Anyone who can read the
+job's store can read a claim's token too: the job token of issue 21 is the protection
+against those; this stops the four-byte stranger.)
 """
 
 from __future__ import annotations
@@ -24,21 +35,32 @@ import threading
 import time
 from collections.abc import Callable
 
-_HEADER = struct.Struct("!I")   # the node rank, when a link opens
+_HEADER = struct.Struct("!I8s")  # the node rank and its claim's token, when a link opens
 _CONNECT_S = 3.0
+UNVERIFIED_S = 5.0   # how long a link with an unknown token waits for node 0 to check it
+MAX_UNVERIFIED = 64  # unverified connections held at once; older ones are dropped first
+
+
+def token_bytes(token: str) -> bytes:
+    return token.encode("ascii", "replace")[:8].ljust(8, b"\0")
 
 
 class Hub(threading.Thread):
     """Node 0's end: accepts links, reads their goodbyes, notes the ones that died."""
 
-    def __init__(self, host: str, *, on_change: Callable[[], None] = lambda: None) -> None:
+    def __init__(self, host: str, *, on_change: Callable[[], None] = lambda: None,
+                 tokens: dict[int, str] | None = None) -> None:
         super().__init__(name="meshrun-links", daemon=True)
+        self._tokens = {r: token_bytes(t) for r, t in (tokens or {}).items()}  # rank -> claim's
+        self._link_token: dict[int, bytes] = {}          # rank -> its live link's token
+        self._unverified: dict[socket.socket, tuple[int, bytes, float, str]] = {}
+        self._ignored: list[str] = []                     # lines not yet taken
         self._server = socket.create_server((host, 0), backlog=1024)
         self._server.setblocking(False)
         self.port = self._server.getsockname()[1]
         self._selector = selectors.DefaultSelector()
         self._selector.register(self._server, selectors.EVENT_READ, None)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._conns: dict[int, socket.socket] = {}      # rank -> its link
         self.goodbyes: dict[int, str] = {}              # rank -> the byte it sent, decoded
         self.died: dict[int, float] = {}                # rank -> when its link closed bare
@@ -78,16 +100,90 @@ class Hub(threading.Thread):
                     if len(header) < _HEADER.size:
                         self._forget(sock)
                         continue
-                    rank = _HEADER.unpack(header[:_HEADER.size])[0]
-                    with self._lock:
-                        self._conns[rank] = sock
-                        self.died.pop(rank, None)  # a node that came back (a new process)
-                        self.goodbyes.pop(rank, None)
-                    self._selector.modify(sock, selectors.EVENT_READ, rank)
+                    rank, token = _HEADER.unpack(header[:_HEADER.size])
                     data = header[_HEADER.size:]
+                    if not self._admit(sock, rank, token):
+                        continue
                     if not data:
                         continue
+                elif sock in self._unverified:
+                    if not data:                # gone before it was checked
+                        self._drop(sock, "it closed before its token was checked")
+                    continue
                 self._read(sock, data, self._selector.get_key(sock).data)
+            self._expire()
+
+    def _admit(self, sock: socket.socket, rank: int, token: bytes) -> bool:
+        """Take a link whose token is its rank's claim's; hold any other for checking."""
+        with self._lock:
+            expected = self._tokens.get(rank)
+            if expected is None or token != expected:
+                self._unverified[sock] = (rank, token, time.monotonic(), _peer(sock))
+                while len(self._unverified) > MAX_UNVERIFIED:
+                    oldest = next(iter(self._unverified))
+                    self._drop(oldest, "too many unverified links at once")
+                self._selector.modify(sock, selectors.EVENT_READ, None)
+                return False
+            live = self._conns.get(rank)
+            if live is not None and self._link_token.get(rank) == token:
+                self._ignore(sock, rank, _peer(sock), f"node {rank}'s link is already open")
+                return False
+            if live is not None:        # the node came back as a new process
+                self._conns.pop(rank, None)
+                self._forget(live)
+            self._conns[rank] = sock
+            self._link_token[rank] = token
+            self.died.pop(rank, None)
+            self.goodbyes.pop(rank, None)
+        self._selector.modify(sock, selectors.EVENT_READ, rank)
+        return True
+
+    def unverified(self) -> list[int]:
+        """The ranks of links waiting for node 0 to read their claim again."""
+        with self._lock:
+            return sorted({rank for rank, *_ in self._unverified.values()})
+
+    def expect(self, rank: int, token: str) -> None:
+        """``token`` is ``rank``'s claim's now (node 0 read it): a link held for it with that
+        token is taken on the hub's next turn (within half a second); the others stay until
+        they expire."""
+        with self._lock:
+            self._tokens[rank] = token_bytes(token)
+
+    def ignored(self) -> list[str]:
+        """The lines about connections refused since the last call (each said once)."""
+        with self._lock:
+            out, self._ignored = self._ignored, []
+        return out
+
+    def _expire(self) -> None:
+        """The hub's thread, each turn: take the held links whose token is now known to be
+        their rank's claim's; drop those held too long."""
+        now = time.monotonic()
+        with self._lock:
+            known = [(s, r, t) for s, (r, t, _, _) in self._unverified.items()
+                     if self._tokens.get(r) == t]
+            old = [s for s, (_, _, since, _) in self._unverified.items()
+                   if now - since >= UNVERIFIED_S]
+        for sock, rank, token in known:
+            with self._lock:
+                self._unverified.pop(sock, None)
+            if self._admit(sock, rank, token):
+                self._on_change()
+        for sock in old:
+            self._drop(sock, "it did not carry the token of that node's claim from the join")
+
+    def _drop(self, sock: socket.socket, why: str) -> None:
+        with self._lock:
+            entry = self._unverified.pop(sock, None)
+        if entry is not None:
+            self._ignore(sock, entry[0], entry[3], why)
+
+    def _ignore(self, sock: socket.socket, rank: int, peer: str, why: str) -> None:
+        with self._lock:
+            self._ignored.append(f"meshrun: ignored a liveness link claiming node {rank} "
+                                 f"from {peer}: {why}")
+        self._forget(sock)
 
     def _read(self, sock: socket.socket, data: bytes, rank: int) -> None:
         with self._lock:
@@ -155,11 +251,11 @@ class Hub(threading.Thread):
 class Link(threading.Thread):
     """Every other node's end: opens the link and waits for node 0's byte or its end."""
 
-    def __init__(self, host: str, port: int, rank: int, *,
+    def __init__(self, host: str, port: int, rank: int, *, token: str = "",
                  on_change: Callable[[], None] = lambda: None) -> None:
         super().__init__(name="meshrun-link", daemon=True)
         self._sock = socket.create_connection((host, port), timeout=_CONNECT_S)
-        self._sock.sendall(_HEADER.pack(rank))
+        self._sock.sendall(_HEADER.pack(rank, token_bytes(token)))
         self._sock.settimeout(None)
         self.goodbye: str | None = None   # node 0's goodbye, when it sent one
         self.died_at: float | None = None  # when node 0's end closed without one
@@ -192,3 +288,11 @@ class Link(threading.Thread):
             pass
         self._sock.close()
         self.join(1.0)
+
+
+def _peer(sock: socket.socket) -> str:
+    try:
+        host, port = sock.getpeername()[:2]
+        return f"{host}:{port}"
+    except OSError:
+        return "?"

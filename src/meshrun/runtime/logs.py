@@ -159,11 +159,31 @@ class LogRouter:
         self.moved = [m for m in (keep_previous(self.node_log_path),
                                   *(keep_previous(self.rank_log_path(r)) for r in ranks)) if m]
         self._node = open(self.node_log_path, "a", encoding="utf-8", buffering=1)
+        self.node_rank = node_rank
         self._ranks: dict[int, TextIO] = {}
+        self._ran: set[int] = set(ranks)     # the plan's ranks and any run since (a seat)
+        self._header: str | None = None      # a membership epoch's first line, per rank
+        self._headed: set[int] = set()
         self._saved: tuple[Any, Any] | None = None
 
     def rank_log_path(self, rank: int) -> str:
         return os.path.join(self.run_dir, f"rank{rank}.log")
+
+    def begin_epoch(self, epoch: int, ranks: tuple[int, ...]) -> None:
+        """A membership epoch (a spare took a lost node's seat) starts with this node running
+        ``ranks``: each rank's log gets one line saying so before its next output, so a rank
+        log that now continues on another node (the spare's, or a shared log folder) reads
+        as two parts, never as one run."""
+        with self.lock:
+            self._ran.update(ranks)
+            self._header = (f"--- meshrun: membership epoch {epoch}: this rank runs on node "
+                            f"{self.node_rank} from here on ---")
+            self._headed = set()
+
+    def ranks_run(self) -> tuple[int, ...]:
+        """Every rank this node's workers ran (the plan's, and those of a seat taken over)."""
+        with self.lock:
+            return tuple(sorted(self._ran))
 
     def route(self, line: str) -> None:
         if self._node.closed:  # a late writer (a torch thread's logger) after close()
@@ -176,6 +196,9 @@ class LogRouter:
             if handle is None:
                 handle = open(self.rank_log_path(rank), "a", encoding="utf-8", buffering=1)
                 self._ranks[rank] = handle
+            if self._header is not None and rank not in self._headed:
+                self._headed.add(rank)
+                handle.write(self._header + "\n")
             handle.write(match.group(2) + "\n")
 
     def flush(self) -> None:

@@ -11,7 +11,9 @@ and the world of a round), the watchdog's judges (whose goodbye counts, which no
 on), the straggler check and the worker environment read it.
 
 An **epoch** is one set of seats: it starts at 0 and grows by one each time a spare takes a
-lost node's seat. ``round`` is the first rendezvous round of the epoch: every seated node
+lost node's seat, the job shrinks by a lost node's seat (:attr:`Change.SHRINK`, with
+``--nnodes MIN:MAX``'s minimum; the runtime does not act on it yet: see docs/elastic.md), or
+a returned node is admitted into a new seat (:func:`after_admit`). ``round`` is the first rendezvous round of the epoch: every seated node
 restarts its workers into it (from the newest complete checkpoint: the world, the ranks and
 the batch are those of the epoch before, so the numerics are too).
 
@@ -39,7 +41,8 @@ class Change(str, Enum):
     KNOWN = "known"          # already counted as lost
     SPARE_LOST = "spare-lost"  # a spare: reported, nothing restarts
     TAKEOVER = "takeover"    # a spare takes the lost node's seat; every seat restarts
-    FATAL = "fatal"          # no spare left, or node 0: the job stops
+    SHRINK = "shrink"        # no spare, more seats than the minimum: one seat fewer
+    FATAL = "fatal"          # no spare left (at the minimum), or node 0: the job stops
 
 
 @dataclass(frozen=True)
@@ -131,12 +134,16 @@ class Membership:
         return cls.from_json(json.loads(text))
 
 
-def after_loss(m: Membership, node: int, *, next_round: int, why: str = "") -> tuple[Membership, Change]:
+def after_loss(m: Membership, node: int, *, next_round: int, why: str = "",
+               min_seats: int | None = None) -> tuple[Membership, Change]:
     """Pure: the membership once ``node`` is found lost, and what that means.
 
     A lost spare is only reported. A seated node other than 0 with a spare left: the lowest
-    spare takes its seat in a new epoch, whose first round is ``next_round``. Node 0 (the
-    store's host), or any seated node with no spare left: fatal (the membership unchanged)."""
+    spare takes its seat in a new epoch, whose first round is ``next_round``. With no spare
+    left and more seats than ``min_seats`` (``--nnodes MIN:MAX``'s MIN; None: the job never
+    shrinks): the job shrinks by that seat in a new epoch, the seats after it move down by
+    one (contiguous group ranks; node 0 keeps seat 0). Node 0 (the store's host), or a
+    seated node with no spare left at the minimum: fatal (the membership unchanged)."""
     if node in m.lost or node in m.kept_out:
         return m, Change.KNOWN
     if node in m.spares:
@@ -145,8 +152,16 @@ def after_loss(m: Membership, node: int, *, next_round: int, why: str = "") -> t
     seat = m.seat_of(node)
     if seat is None:
         return m, Change.KNOWN
-    if node == 0 or not m.spares:
+    if node == 0:
         return m, Change.FATAL
+    if not m.spares:
+        if min_seats is None or len(m.seats) <= min_seats:
+            return m, Change.FATAL
+        seats = m.seats[:seat] + m.seats[seat + 1:]
+        reason = why or (f"node {node} was lost and no spare was left; the job goes on with "
+                         f"{len(seats)} nodes (at least {min_seats})")
+        return replace(m, epoch=m.epoch + 1, seats=seats, lost=(*m.lost, node),
+                       round=next_round, reason=reason, strikes=m._struck(node)), Change.SHRINK
     spare, rest = m.spares[0], m.spares[1:]
     seats = m.seats[:seat] + (spare,) + m.seats[seat + 1:]
     reason = why or f"node {node} was lost; spare node {spare} took its seat"
@@ -164,3 +179,16 @@ def after_return(m: Membership, node: int, keep_out: int = KEEP_OUT) -> Membersh
     if m.strikes_of(node) >= keep_out:
         return replace(m, lost=lost, kept_out=(*m.kept_out, node))
     return replace(m, lost=lost, spares=tuple(sorted((*m.spares, node))))
+
+
+def after_admit(m: Membership, max_seats: int, *, next_round: int) -> Membership:
+    """Pure: at a checkpoint boundary, a job that shrank takes its lowest spare back into a
+    new last seat (seats already held keep their group ranks), while it has fewer than
+    ``max_seats`` seats; unchanged otherwise (no spare, or the job is whole)."""
+    if not m.spares or len(m.seats) >= max_seats:
+        return m
+    node, rest = m.spares[0], m.spares[1:]
+    seats = (*m.seats, node)
+    return replace(m, epoch=m.epoch + 1, seats=seats, spares=rest, round=next_round,
+                   reason=f"node {node} is back; the job grows to {len(seats)} nodes at a "
+                          "checkpoint boundary")

@@ -175,19 +175,24 @@ def _check_run(store: Any, plan: LaunchPlan, where: str) -> None:
                                      "--run-id on all nodes of one job")
 
 
-def join(job: JobStore, plan: LaunchPlan, *,
+def join(job: JobStore, plan: LaunchPlan, *, wait_lost: float = 0.0,
          clock: Callable[[], float] = time.monotonic) -> Membership | None:
     """Claim this node's rank and wait until every node has joined (every call bounded).
 
     A node the running job has found lost (its platform started it again with the same
     rank) takes its claim back and returns the job's membership (it will wait as a spare:
-    :mod:`meshrun.runtime.membership`); a normal join returns None."""
+    :mod:`meshrun.runtime.membership`); a normal join returns None. A platform may start a
+    node again faster than the job notices its loss (the node timeout): with ``wait_lost``
+    > 0 (a job with spares), a rank held in a job that already formed is waited for that
+    long to be found lost before it counts as taken by another node."""
     store = job.calls
     me = protocol.NodeClaim(plan.hostname, os.getpid(), uuid.uuid4().hex[:8]).encode()
     key = protocol.node_key(plan.node_rank)
     holder = protocol.text(store.compare_set(key, "", me))
     if holder != me:
         members = _lost_here(store, plan.node_rank)
+        if members is None and wait_lost > 0 and store.add(protocol.JOINED, 0) >= plan.nnodes:
+            members = _await_lost(store, plan.node_rank, holder, wait_lost, clock)
         if members is not None:
             store.set(key, me)
             store.set(protocol.heartbeat_key(plan.node_rank), protocol.Heartbeat(0).encode())
@@ -231,6 +236,22 @@ def join(job: JobStore, plan: LaunchPlan, *,
                 hint=f"start meshrun on the missing nodes with --master-addr {plan.master_addr} "
                      f"--master-port {job.port}, and check they can reach it")
         time.sleep(0.2)
+
+
+def _await_lost(store: Any, node: int, holder: str, seconds: float,
+                clock: Callable[[], float]) -> Membership | None:
+    """Wait up to ``seconds`` for the running job to list ``node`` as lost (its membership),
+    or for its claim to be given up; the membership (None: still held by a live node)."""
+    say(f"node rank {node} is still held in the running job by "
+        f"{protocol.NodeClaim.decode(holder).who()}: waiting up to {seconds:.0f} s for the "
+        "job to find that node lost (its platform started it again before the node timeout)")
+    deadline = clock() + seconds
+    while clock() < deadline:
+        members = _lost_here(store, node)
+        if members is not None:
+            return members
+        time.sleep(0.5)
+    return _lost_here(store, node)
 
 
 def _lost_here(store: Any, node: int) -> Membership | None:

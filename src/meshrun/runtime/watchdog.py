@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -75,6 +76,7 @@ from .events import (
     Event,
     EventKind,
     Goodbye,
+    catches,
     hang_line,
     hang_suspects,
     in_collective,
@@ -92,6 +94,14 @@ from .judges import lost_nodes, progress_moved
 from .membership import Change, Membership, after_loss, after_return
 from .store import BoundedStore, CallTimeout, StoreConnect
 from .supervision import Supervision
+
+
+def _before(value: str, wall: float) -> bool:
+    """A progress report made before ``wall`` (its own wall-clock time): an old worker's."""
+    try:
+        return protocol.Progress.decode(value).at < wall
+    except (ValueError, TypeError, IndexError):
+        return False
 
 
 def _size(path: str) -> int:
@@ -132,6 +142,8 @@ class Watchdog(threading.Thread):
                  on_summary: Callable[..., None] = lambda summary, final=False: None,
                  clock: Callable[[], float] = time.monotonic,
                  spares: int = 0,
+                 on_warning: Callable[[str], None] = lambda line: print(
+                     line, file=sys.stderr, flush=True),
                  ) -> None:
         super().__init__(name="meshrun-watchdog", daemon=True)
         self.host, self.port = host, port
@@ -149,6 +161,8 @@ class Watchdog(threading.Thread):
         self.on_notice = on_notice          # every node: a straggler notice to print, once
         self.on_summary = on_summary        # node 0: the per-node step times, now and then
         self.clock = clock                  # the ages it judges by (tests: a clock of theirs)
+        self.on_warning = on_warning        # node 0: refused liveness links, once each
+        self._refused: dict[str, int] = {}  # node 0: such lines said, and how often seen
         self._notices: list[dict] = []      # node 0: the newest notices (the watch's)
         self._notice_seq = 0                # the newest notice made (node 0) or printed
         self.event: Event | None = None  # the event that stops the job
@@ -179,6 +193,8 @@ class Watchdog(threading.Thread):
         self._probe_thread: threading.Thread | None = None
         self._acted_gen = -1             # the generation whose verdict this node acted on
         self._stale: dict[int, str] = {}  # progress values left by the hung attempt
+        self._restart_wall = 0.0          # wall time of the last restart: older reports are
+                                          # the old workers' (one may land after _stale)
         self._progress_seen: dict[int, tuple[str, float]] = {}
         self._hang: dict[str, Any] | None = None  # node 0: the hang in hand
         self._present: set[str] = set()  # key groups known to exist (multi_get is safe)
@@ -301,6 +317,7 @@ class Watchdog(threading.Thread):
                 raise ConnectionError("no store connection")
             self._beat += 1
             if self.node_rank == 0:
+                self._check_links(store)
                 event = self._judge(store, now, self._begun_at)
             else:
                 event = self._member(store, now)
@@ -447,6 +464,7 @@ class Watchdog(threading.Thread):
         self.clear_suspicion()
         self._hang = None
         self._progress_seen.clear()
+        self._restart_wall = time.time()
         if store is not None and self.node_rank == 0:
             try:
                 keys = [protocol.progress_key(r) for r in range(self.world_size)]
@@ -559,7 +577,12 @@ class Watchdog(threading.Thread):
 
         store = self._store
         try:
-            hub = Hub(self.host, on_change=self._wake.set)
+            tokens = {}
+            keys = [protocol.node_key(r) for r in range(self.nnodes)]
+            if store is not None and store.check(keys):  # each node's claim from the join:
+                tokens = {r: protocol.NodeClaim.decode(raw).token   # its link carries it
+                          for r, raw in enumerate(store.multi_get(keys)) if raw}
+            hub = Hub(self.host, on_change=self._wake.set, tokens=tokens)
             hub.start()
             self._hub = hub  # before publishing: a set that times out may still land
             if store is not None:
@@ -575,12 +598,34 @@ class Watchdog(threading.Thread):
         if not store.check([protocol.LINKS]):
             return
         where = protocol.Endpoint.decode(store.get(protocol.LINKS))
+        claim = protocol.node_key(self.node_rank)
+        mine = protocol.NodeClaim.decode(store.get(claim)).token if store.check([claim]) else ""
         try:
-            link = Link(where.host, where.port, self.node_rank, on_change=self._wake.set)
+            link = Link(where.host, where.port, self.node_rank, token=mine,
+                        on_change=self._wake.set)
             link.start()
             self._link = link
         except OSError:
             self._link = False  # not reachable: the heartbeats alone judge node 0
+
+    def _check_links(self, store: BoundedStore) -> None:
+        """Node 0: read again the claims of the ranks whose links wait unverified (a node
+        that came back links with its new claim's token), and say once what was refused."""
+        hub = self._hub
+        if hub is None:
+            return
+        asked = [r for r in hub.unverified() if 0 <= r < self.nnodes
+                 and store.check([protocol.node_key(r)])]
+        if asked:
+            keys = [protocol.node_key(r) for r in asked]
+            for rank, raw in zip(asked, store.multi_get(keys)):
+                if raw:
+                    hub.expect(rank, protocol.NodeClaim.decode(raw).token)
+        for line in hub.ignored():
+            key = line.split(" from ", 1)[0] + line.rsplit(":", 1)[-1]
+            self._refused[key] = self._refused.get(key, 0) + 1
+            if self._refused[key] == 1:
+                self.on_warning(line)
 
     def _link_goodbyes(self) -> None:
         """Goodbyes that came over the links count as goodbyes (the heartbeat or the watch
@@ -628,7 +673,8 @@ class Watchdog(threading.Thread):
     def _judge_hang(self, store: BoundedStore, now: float, values: dict[int, str]) -> None:
         if self._hang is None:
             # After a restart, what the hung attempt left counts as silence.
-            values = {r: "" if v and self._stale.get(r) == v else v for r, v in values.items()}
+            values = {r: "" if v and (self._stale.get(r) == v or _before(v, self._restart_wall))
+                      else v for r, v in values.items()}
             if not any(values.values()):
                 return  # nobody reports progress (yet): hang detection is off
             # progress is a moved position (a step, a collective issued, a second of work
@@ -679,6 +725,7 @@ class Watchdog(threading.Thread):
         self._acted_gen = self._gen
         event = self._act(hang["verdict"])
         if event is None:  # restarted: what the hung attempt left is stale
+            self._restart_wall = time.time()
             keys = [protocol.progress_key(r) for r in range(self.world_size)]
             self._stale = {r: protocol.text(v) for r, v in enumerate(self._read_all(store, keys))}
             self._publish(store, self.clock())
@@ -728,7 +775,8 @@ class Watchdog(threading.Thread):
         folder = self.log_dir
         sizes = {r: _size(os.path.join(folder, "stacks", f"rank{r}.txt")) for r in pids}
         for pid in pids.values():
-            self.send_signal(pid, signal.SIGUSR1)
+            if catches(pid, signal.SIGUSR1):  # a worker still starting would die of it
+                self.send_signal(pid, signal.SIGUSR1)
         self._await_dumps(pids, sizes)
         out = []
         for rank, pid in sorted(pids.items()):

@@ -136,8 +136,13 @@ class Topology:
     notes: tuple[str, ...] = field(default_factory=tuple)
 
 
-_INT_FIELDS = {"nnodes": 1, "node_rank": 0, "nproc_per_node": 1, "master_port": 1,
-               "join_timeout": 1, "spares": 0}
+# name -> (minimum, maximum): beyond the maxima no job runs (a typo, or a stranger's input),
+# and planning such a job would build tuples of that size
+MAX_NODES = 100_000
+MAX_PROCS_PER_NODE = 4096
+_INT_FIELDS = {"nnodes": (1, MAX_NODES), "node_rank": (0, MAX_NODES - 1),
+               "nproc_per_node": (1, MAX_PROCS_PER_NODE), "master_port": (1, 65535),
+               "join_timeout": (1, 10**7), "spares": (0, MAX_NODES - 1)}
 
 
 def detect(env: Mapping[str, str], flags: Flags = Flags(), host: HostInfo = HostInfo()) -> Topology:
@@ -185,7 +190,8 @@ def _parse(name: str, raw: str, label: str):
     if name == "master_port":
         return parse_int(raw, label, minimum=1, maximum=65535)
     if name in _INT_FIELDS:
-        return parse_int(raw, label, minimum=_INT_FIELDS[name])
+        low, high = _INT_FIELDS[name]
+        return parse_int(raw, label, minimum=low, limit=high)
     if name == "world_size_means":
         value = raw.strip().lower()
         if value not in WORLD_SIZE_MEANS:

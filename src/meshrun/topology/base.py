@@ -73,14 +73,23 @@ def read_int(env: Mapping[str, str], name: str, *, minimum: int = 0) -> Sourced 
     return Sourced(parse_int(raw, name, minimum=minimum), name)
 
 
+MAX_INT = 10**7
+
+
 def parse_int(raw: str, name: str, *, minimum: int = 0, maximum: int | None = None,
-              what: str = "") -> int:
-    """Parse a whole number named ``name`` (a flag or a variable), or raise one clear line."""
+              what: str = "", limit: int = MAX_INT) -> int:
+    """Parse a whole number named ``name`` (a flag or a variable), or raise one clear line.
+    ``maximum``: the largest the value may be (said in every message); ``limit``: a sanity
+    bound said only when passed (no count meshrun reads is larger than :data:`MAX_INT`)."""
     text = str(raw).strip()
     label = f"{name}={raw!r}" if not name.startswith("--") else f"{name} {raw!r}"
     what = what or "a whole number"
+    top = maximum if maximum is not None else limit
     try:
-        value = int(text, 10)
+        if len(text) > 40 and text.lstrip("+-").isdigit():
+            value = (top + 1) if not text.startswith("-") else minimum - 1  # not parsed
+        else:
+            value = int(text, 10) if len(text) <= 40 else int("x")
     except ValueError:
         raise UsageError(f"{label} is not {what}", subject=name,
                          hint=f"set {name} to {_example(name, minimum)}",
@@ -89,6 +98,10 @@ def parse_int(raw: str, name: str, *, minimum: int = 0, maximum: int | None = No
         bound = f"{minimum}..{maximum}" if maximum is not None else f">= {minimum}"
         raise UsageError(f"{label} is out of range (must be {bound})", subject=name,
                          hint=f"set {name} to {_example(name, minimum)}", code="bad-number")
+    if value > limit:
+        raise UsageError(f"{label} is out of range (must be {minimum}..{limit})", subject=name,
+                         hint=f"set {name} to a whole number in {minimum}..{limit}",
+                         code="bad-number")
     return value
 
 

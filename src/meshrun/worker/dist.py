@@ -234,10 +234,29 @@ def _init(backend: str | None, timeout_s: float | None) -> RankInfo:
     if found.single:
         store = dist.TCPStore("127.0.0.1", 0, 1, True)  # port 0: a free port, no race
         dist.init_process_group(store=store, rank=0, world_size=1, **kwargs)
+        # a group left to the interpreter's shutdown can abort the process after a
+        # successful run ("terminate called without an active exception": gloo's and the
+        # store's C++ threads ended mid-teardown); this group is meshrun's own, so it
+        # leaves it first, unless the script did
+        import atexit
+
+        atexit.register(_leave_single)
     else:
         dist.init_process_group(init_method="env://", **kwargs)
     _INFO = _describe(found, chosen, torch, dist, device)
     return _INFO
+
+
+def _leave_single() -> None:
+    """At exit: destroy the one-process group :func:`init_distributed` made, if it is still
+    there (see meshrun.worker.leave for why a group must not be left to the shutdown)."""
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+    except Exception:  # noqa: BLE001, S110 - exiting anyway; never mask the exit code
+        pass
 
 
 def _choose(arg: Any, env_value: Any, arg_name: str, var: str) -> Any:

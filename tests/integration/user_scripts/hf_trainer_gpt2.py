@@ -88,13 +88,29 @@ data = dataset(tok)
 collate = DataCollatorForLanguageModeling(tok, mlm=False)
 
 full = Trainer(model=model(tok), args=args(OUT), train_dataset=data, data_collator=collate)
+def complete(folder: str) -> bool:
+    """Rank 0 writes trainer_state.json last of its files, but every rank writes its own
+    rng_state_<rank>.pth beside it with no barrier between: a rank killed while saving
+    leaves a checkpoint with trainer_state.json and a truncated rng file of its own, on
+    which the resume fails (EOFError). Complete: trainer_state.json and every rng file
+    loads. (transformers' get_last_checkpoint checks neither.)"""
+    import torch
+
+    if not os.path.exists(os.path.join(folder, "trainer_state.json")):
+        return False
+    for name in os.listdir(folder):
+        if name.startswith("rng_state") and name.endswith(".pth"):
+            try:
+                torch.load(os.path.join(folder, name), weights_only=False)
+            except Exception:  # noqa: BLE001 - truncated or empty: not this one
+                return False
+    return True
+
+
 if os.environ.get("HF_RESUME_LAST") == "1":
-    # the newest *complete* checkpoint: the Trainer writes trainer_state.json last, and a
-    # process killed while saving leaves a checkpoint-N folder without it
-    # (transformers' get_last_checkpoint would pick that one)
+    # the newest *complete* checkpoint (a process killed while saving leaves a partial one)
     done = [os.path.join(OUT, d) for d in (os.listdir(OUT) if os.path.isdir(OUT) else [])
-            if d.startswith("checkpoint-")
-            and os.path.exists(os.path.join(OUT, d, "trainer_state.json"))]
+            if d.startswith("checkpoint-") and complete(os.path.join(OUT, d))]
     last = max(done, key=lambda d: int(d.rsplit("-", 1)[1]), default=None)
     print(f"resuming from {last}" if last else "starting from scratch", flush=True)
     full.train(resume_from_checkpoint=last)
