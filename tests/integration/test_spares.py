@@ -15,7 +15,10 @@ from helpers import Nodes, clean_env
 
 # timing: each test bounds how soon the spare takes over (and runs 3 nodes, whose load would
 # read as a slow node in the quota tests beside it)
-pytestmark = [pytest.mark.slow, pytest.mark.timing, pytest.mark.timeout(420)]
+# Not the `timing` group as a whole (it is the suite's longest serial chain): the tests that
+# share the module's reference run go on one worker (conftest: a module fixture's group);
+# the frozen node's, which times the node timeout, is a `timing` test.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
 STEPS, INTERVAL = 40, 10
 RECIPE = ["--recipe", "mlp-tp", "--set", f"train.steps={STEPS}", "--set", "train.log_every=1",
@@ -163,6 +166,7 @@ def test_a_node_killed_while_a_checkpoint_is_written_resumes_from_the_previous_c
     assert len(resumed) == 1 and resumed[0] in (10, 20), resumed
 
 
+@pytest.mark.timing
 def test_a_frozen_node_is_replaced_after_the_node_timeout_and_stops_when_it_wakes(tmp_path):
     """Node 1 SIGSTOPped with its workers: after --node-timeout the spare takes its seat;
     node 1, continued while the job goes on, reads that it was replaced and stops (exit 4)

@@ -672,3 +672,27 @@ def test_the_probe_signals_only_a_process_that_catches_sigusr1():
         for proc in (bare, dumping):
             proc.kill()
             proc.wait()
+
+
+def test_a_heartbeat_key_holding_no_heartbeat_is_no_sign_of_life_and_is_named():
+    """Issue 21: something else writes into node 1's heartbeat key. Before, node 0's beat
+    raised on it (it then judged nothing and published no watch, and the others called node
+    0 lost); now the value counts as no heartbeat, node 1 is lost at the node timeout, and
+    the line names what the key held."""
+    from meshrun import protocol
+
+    clock = Clock()
+    master, dogs, events = _job(2, clock=clock, node_timeout=2.0)
+    dogs[0].begin()
+    master.set(protocol.heartbeat_key(1), protocol.Heartbeat(3).encode())
+    _beats(dogs[:1], clock, 0.4)
+    for junk in ("not a beat", "ALSO\nNOT"):
+        master.set(protocol.heartbeat_key(1), junk)     # kept changing: still no beat
+        _beats(dogs[:1], clock, 0.8)
+    assert dogs[0]._beat >= 5 and not events[0]         # node 0 beats on, within the timeout
+    _beats(dogs[:1], clock, 1.0, until=lambda: bool(events[0]))
+    assert events[0], "node 1 not lost"
+    line = events[0][0].line
+    assert line.startswith("meshrun: node 1 (h1) is lost: last heartbeat 2.") and \
+        "its heartbeat key last held 'ALSO\\nNOT', which is no meshrun heartbeat" in line, line
+    dogs[0].stop("stopped")

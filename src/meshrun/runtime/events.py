@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from ..errors import one_line
+
 
 class EventKind(str, Enum):
     """What the watchdog found (compares equal to its string: ``EventKind.HANG == "hang"``)."""
@@ -44,11 +46,16 @@ class Goodbye(str, Enum):
 
 
 def node_lost_line(node: int, host: str, age_s: float, *, store_host: bool = False,
-                   closed: bool = False) -> str:
-    """``closed``: its agent's liveness link closed without a goodbye (the process died)."""
+                   closed: bool = False, bad: str = "") -> str:
+    """``closed``: its agent's liveness link closed without a goodbye (the process died);
+    ``bad``: a value in its heartbeat key that is no heartbeat (not counted as one)."""
     what = (f"node {node} ({host}), which hosts the job's store, is lost"
             if store_host else f"node {node} ({host}) is lost")
     how = "; its agent's connection closed without a goodbye (the process died)" if closed else ""
+    if bad:
+        shown = one_line(bad[:60]) + ("..." if len(bad) > 60 else "")
+        how += (f"; its heartbeat key last held '{shown}', which is no meshrun heartbeat "
+                "(something else writes to this job's store)")
     return f"meshrun: {what}: last heartbeat {age_s:.1f} s ago{how}"
 
 

@@ -96,6 +96,14 @@ from .store import BoundedStore, CallTimeout, StoreConnect
 from .supervision import Supervision
 
 
+def _goodbye_in(raw: bytes) -> bool:
+    """A heartbeat value carries a goodbye (a value that is no heartbeat carries none)."""
+    try:
+        return bool(protocol.Heartbeat.decode(raw).goodbye)
+    except ValueError:
+        return False
+
+
 def _before(value: str, wall: float) -> bool:
     """A progress report made before ``wall`` (its own wall-clock time): an old worker's."""
     try:
@@ -182,6 +190,7 @@ class Watchdog(threading.Thread):
         # node 0: every node's last heartbeat value and when it changed
         self._seen: dict[int, tuple[str, float]] = {}
         self._lost: list[tuple[int, float]] = []
+        self._bad: dict[int, str] = {}   # node 0: a heartbeat key holding no heartbeat
         # the others: node 0's last watch and when its beat changed
         self._watch: protocol.Watch | None = None
         self._watch_at = 0.0
@@ -350,8 +359,13 @@ class Watchdog(threading.Thread):
         for rank, raw in zip(range(1, self.nnodes), self._read_all(store, keys)):
             value = protocol.text(raw)
             if value and (rank not in self._seen or self._seen[rank][0] != value):
+                try:
+                    beat = protocol.Heartbeat.decode(value)
+                except ValueError:  # not a heartbeat: no sign of life, and named if lost
+                    self._bad[rank] = value
+                    continue
+                self._bad.pop(rank, None)
                 self._seen[rank] = (value, now)
-                beat = protocol.Heartbeat.decode(value)
                 if beat.goodbye:
                     self.goodbyes[rank] = Goodbye.read(beat.goodbye.encode())
         if not self._lost:
@@ -384,7 +398,8 @@ class Watchdog(threading.Thread):
         if self._lost:
             rank, age = self._lost[0]
             return Event(EventKind.NODE_LOST, node_lost_line(
-                rank, self.hosts.get(rank, "?"), age, closed=rank in self._closed), node=rank)
+                rank, self.hosts.get(rank, "?"), age, closed=rank in self._closed,
+                bad=self._bad.get(rank, "")), node=rank)
         return self._peer_failed() or self._act_on_hang(store)
 
     # -- membership (node 0 decides: meshrun.runtime.membership) --------------------------
@@ -855,8 +870,7 @@ class Watchdog(threading.Thread):
         keys = [protocol.heartbeat_key(r) for r in range(1, self.nnodes) if r not in lost]
         if not keys:
             return True
-        return all(protocol.Heartbeat.decode(raw).goodbye
-                   for raw in self._read_all(store, keys) if raw)
+        return all(_goodbye_in(raw) for raw in self._read_all(store, keys) if raw)
 
     # -- helpers ----------------------------------------------------------------------------
     def _read_all(self, store: BoundedStore, keys: list[str]) -> list[bytes]:
