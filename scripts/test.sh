@@ -39,10 +39,11 @@ if ! python_has deepspeed; then
   DS_BUILD_OPS=0 "$PY" -m pip install -q --disable-pip-version-check --no-build-isolation \
     "deepspeed>=0.17"
 fi
-# The suite mostly waits (node agents, timeouts, a 5-minute soak): 4 workers overlap the
-# waits on 2 cores; tests that share a host resource are one xdist group each, run in the
-# order tests/conftest.py gives (docs/testing.md). MESHRUN_TEST_WORKERS=0 runs it serially.
-workers=${MESHRUN_TEST_WORKERS:-4}
+# The suite mostly waits (node agents, timeouts, a 5-minute soak): 5 workers overlap the
+# waits on 2 cores (the soak holds one for its 300 s; the rest share four); tests that share
+# a host resource are one xdist group each, run in the order tests/conftest.py gives
+# (docs/testing.md). MESHRUN_TEST_WORKERS=0 runs it serially.
+workers=${MESHRUN_TEST_WORKERS:-5}
 if [ "$workers" = 0 ]; then
   exec "$PY" -m pytest -q "$@"
 fi

@@ -55,7 +55,7 @@ def _plan(capsys, argv: list[str]) -> None:
     assert "Traceback" not in err, (argv, err)
 
 
-@settings(max_examples=400, deadline=None, database=None,
+@settings(max_examples=200, deadline=None, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(sets=st.lists(st.tuples(st.sampled_from(KEYS), VALUES), min_size=1, max_size=3),
        recipe=st.sampled_from([None, "mlp-tp", "autoencoder"]))
@@ -66,7 +66,7 @@ def test_any_set_value_is_a_plan_or_one_line(neutral, capsys, sets, recipe):
     _plan(capsys, argv)
 
 
-@settings(max_examples=300, deadline=None, database=None,
+@settings(max_examples=150, deadline=None, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(flags=st.lists(st.tuples(st.sampled_from(NODE_FLAGS), FLAG_VALUES), min_size=1,
                       max_size=3))

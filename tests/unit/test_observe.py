@@ -230,6 +230,8 @@ def test_gpu_workers_get_nccls_collective_timing_when_asked_unless_the_user_chos
     ({0: (-1, 12), 1: (-1, 12)}, {0: "not in a collective", 1: "no stack dump"}, (), [1]),
     ({0: (-1, 12), 1: (-1, 12)}, {0: "not in a collective"}, (), [0]),
     ({0: (5, 40), 1: (5, 40)}, {}, (1,), [1]),                               # never reported
+    # a stopped process is named even where a report sampled earlier makes others "behind"
+    ({0: (-1, 14), 1: (-1, 12), 2: (-1, 12), 3: (-1, 12)}, {3: "stopped"}, (), [3]),
 ])
 def test_a_hang_names_the_rank_behind_else_the_strongest_probe_reason(positions, reasons,
                                                                       silent, expected):

@@ -173,7 +173,13 @@ def hang_suspects(positions: Mapping[int, Any], reasons: Mapping[int, str],
     stopped process, then one that could not dump its stack, then one outside any
     collective (a rank waiting for a stopped peer inside DDP's backward shows no collective
     in its Python stack, so it must not be named beside the stopped one). Else the ranks
-    that never reported (``silent``)."""
+    that never reported (``silent``). A stopped process (state T) is named before all of
+    that: it cannot be anything but stuck, and the others, whatever their positions, wait
+    for it (one sampled a second before the others' last collective is only behind on
+    paper)."""
+    stopped = sorted(r for r, why in reasons.items() if why == PROBE_REASONS[0])
+    if stopped:
+        return stopped
     if positions:
         furthest = max(positions.values())
         behind = sorted(r for r, at in positions.items() if at < furthest)
