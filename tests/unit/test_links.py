@@ -166,8 +166,12 @@ def test_a_stranger_on_the_links_port_can_neither_stop_nor_speak_for_a_node():
             time.sleep(0.2)
         lingering = socket.create_connection(("127.0.0.1", port))   # stays open
         lingering.sendall(struct.pack("!I8s", 1, b"guessed!"))
+        idle = socket.create_connection(("127.0.0.1", port))        # never says a word
         time.sleep(6.5)                        # past the unverified links' 5 s
         lingering.close()
+        idle.settimeout(2.0)
+        assert idle.recv(1) == b""             # the hub closed it: no idle pile-up
+        idle.close()
         assert events0 == [] and dog0.goodbyes == {}, (events0, dog0.goodbyes)
         assert dog0._hub.linked() == {1} and dog0._hub.dead() == {}
         assert member.poll() is None           # node 1 did not stop either

@@ -55,6 +55,8 @@ class Hub(threading.Thread):
         self._link_token: dict[int, bytes] = {}          # rank -> its live link's token
         self._unverified: dict[socket.socket, tuple[int, bytes, float, str]] = {}
         self._ignored: list[str] = []                     # lines not yet taken
+        self._pending: dict[socket.socket, bytes] = {}   # accepted, no whole header yet
+        self._accepted_at: dict[socket.socket, float] = {}
         self._server = socket.create_server((host, 0), backlog=1024)
         self._server.setblocking(False)
         self.port = self._server.getsockname()[1]
@@ -68,7 +70,7 @@ class Hub(threading.Thread):
         self._on_change = on_change
 
     def run(self) -> None:
-        pending: dict[socket.socket, bytes] = {}       # accepted, rank not read yet
+        pending = self._pending                        # accepted, rank not read yet
         while not self._halt:
             try:
                 ready = self._selector.select(0.5)
@@ -83,6 +85,7 @@ class Hub(threading.Thread):
                         continue
                     conn.setblocking(False)
                     pending[conn] = b""
+                    self._accepted_at[conn] = time.monotonic()
                     self._selector.register(conn, selectors.EVENT_READ, None)
                     continue
                 assert isinstance(sock, socket.socket)
@@ -97,6 +100,7 @@ class Hub(threading.Thread):
                     if data and len(pending[sock]) < _HEADER.size:
                         continue
                     header = pending.pop(sock)
+                    self._accepted_at.pop(sock, None)
                     if len(header) < _HEADER.size:
                         self._forget(sock)
                         continue
@@ -172,6 +176,11 @@ class Hub(threading.Thread):
                 self._on_change()
         for sock in old:
             self._drop(sock, "it did not carry the token of that node's claim from the join")
+        silent = [s for s, since in self._accepted_at.items() if now - since >= UNVERIFIED_S]
+        for sock in silent:  # connected, never sent a whole header: an idle stranger
+            self._pending.pop(sock, None)
+            self._accepted_at.pop(sock, None)
+            self._forget(sock)
 
     def _drop(self, sock: socket.socket, why: str) -> None:
         with self._lock:
