@@ -46,3 +46,20 @@ def no_store_thread_left():
             break
         time.sleep(0.05)
     assert not left, f"{len(left)} store-call thread(s) left running by this test"
+
+
+@pytest.fixture
+def neutral_here(monkeypatch, tmp_path):
+    """This process on a machine no platform detector recognises (only the variables
+    meshrun.harness.clean_env keeps), working in an empty folder, which it returns: for
+    tests that call the CLI in-process (meshrun.cli._main)."""
+    import os
+
+    from meshrun.harness import clean_env
+
+    keep = clean_env()
+    for name in list(os.environ):
+        if name not in keep:
+            monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path

@@ -18,13 +18,8 @@ LINE_END = " [{}]"
 
 
 @pytest.fixture
-def here(monkeypatch, tmp_path):
-    keep = clean_env()
-    for name in list(os.environ):
-        if name not in keep:
-            monkeypatch.delenv(name)
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
+def here(neutral_here):
+    return neutral_here
 
 
 def _refused(capsys, argv: list[str], code: str) -> str:

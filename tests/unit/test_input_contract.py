@@ -5,7 +5,6 @@ another exit code (docs/security.md)."""
 
 from __future__ import annotations
 
-import os
 import re
 
 import pytest
@@ -13,7 +12,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from meshrun.cli import _main
-from meshrun.harness import clean_env
 from meshrun.job.schema import SCHEMA
 
 LINE = re.compile(r"^meshrun: error: .+; fix: .+ \[[a-z0-9-]+\]$")
@@ -35,13 +33,9 @@ NODE_FLAGS = ["--nnodes", "--node-rank", "--nproc-per-node", "--master-port",
 
 
 @pytest.fixture
-def neutral(monkeypatch, tmp_path):
+def neutral(neutral_here):
     """A machine no platform detector recognises, working in an empty folder."""
-    keep = clean_env()
-    for name in list(os.environ):
-        if name not in keep:
-            monkeypatch.delenv(name)
-    monkeypatch.chdir(tmp_path)
+    return neutral_here
 
 
 def _plan(capsys, argv: list[str]) -> None:

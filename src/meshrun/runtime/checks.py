@@ -36,17 +36,32 @@ def check_checkpoint_dir(plan) -> None:
             "checkpoint.dir", "checkpoint.dir"))
 
 
-def check_checkpoint_path(path: str, where: str) -> None:
-    """:func:`check_checkpoint_dir` for one path; ``where`` says where it was given."""
+def not_a_folder(path: str) -> str | None:
+    """Why ``path`` cannot be (or become) a folder — "is a file", "is under a file, X" — or
+    None: the nearest part of it that exists is a folder. Nothing is made."""
+    probe = nearest_existing(path)
+    if os.path.isdir(probe):
+        return None
+    return "is a file" if probe == os.path.abspath(path) else f"is under a file, {probe}"
+
+
+def nearest_existing(path: str) -> str:
+    """``path`` itself, or the nearest folder above it that exists."""
     probe = os.path.abspath(path)
     while not os.path.exists(probe) and os.path.dirname(probe) != probe:
         probe = os.path.dirname(probe)
-    if not os.path.isdir(probe):
-        what = "is a file" if probe == os.path.abspath(path) else f"is under a file, {probe}"
+    return probe
+
+
+def check_checkpoint_path(path: str, where: str) -> None:
+    """:func:`check_checkpoint_dir` for one path; ``where`` says where it was given."""
+    what = not_a_folder(path)
+    if what:
         raise UsageError(f"the checkpoint folder {path} ({where}) {what}, not a folder",
                          subject="--checkpoint-dir", hint="pass --checkpoint-dir a folder "
                          "(it is made if missing), or set checkpoint.dir",
                          code="checkpoint-dir-not-a-folder")
+    probe = nearest_existing(path)
     if not os.access(probe, os.W_OK | os.X_OK):
         raise UsageError(f"the checkpoint folder {path} ({where}) cannot be written "
                          f"({probe} is not writable)", subject="--checkpoint-dir",

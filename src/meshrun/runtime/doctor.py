@@ -23,13 +23,13 @@ JSON (``--json``): ``{"findings": [{"code", "severity", "subject", "message",
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 
 from ..errors import Finding
 from ..plan import LaunchPlan
 from ..topology.address import join_host_port
+from .checks import nearest_existing, not_a_folder
 
 GIB = 1 << 30
 
@@ -77,16 +77,12 @@ def _gpus(plan: LaunchPlan) -> Check:
 def _disk(plan: LaunchPlan, checkpoint_dir: str) -> list[Check]:
     out = []
     for what, path in (("logs", plan.log_dir), ("checkpoints", checkpoint_dir)):
-        probe = os.path.abspath(path)
-        while not os.path.exists(probe):
-            probe = os.path.dirname(probe)
-        if not os.path.isdir(probe):
+        probe = nearest_existing(path)
+        wrong = not_a_folder(path)
+        if wrong:
             flag = "--log-dir" if what == "logs" else "--checkpoint-dir"
-            out.append(Check("disk-space", "error", path,
-                             f"the folder for {what} ({path}) "
-                             + ("is a file" if probe == os.path.abspath(path)
-                                else f"is under a file, {probe}"),
-                             f"point {flag} at a folder (it is made if missing)"))
+            out.append(Check("disk-space", "error", path, f"the folder for {what} ({path}) "
+                             f"{wrong}", f"point {flag} at a folder (it is made if missing)"))
             continue
         free = shutil.disk_usage(probe).free
         severity = "error" if free < GIB else "warning" if free < 10 * GIB else "info"

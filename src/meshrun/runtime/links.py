@@ -54,7 +54,7 @@ class Hub(threading.Thread):
         self._tokens = {r: token_bytes(t) for r, t in (tokens or {}).items()}  # rank -> claim's
         self._link_token: dict[int, bytes] = {}          # rank -> its live link's token
         self._unverified: dict[socket.socket, tuple[int, bytes, float, str]] = {}
-        self._ignored: list[str] = []                     # lines not yet taken
+        self._ignored: list[tuple[str, str]] = []         # (kind, line) not yet taken
         self._pending: dict[socket.socket, bytes] = {}   # accepted, no whole header yet
         self._accepted_at: dict[socket.socket, float] = {}
         self._server = socket.create_server((host, 0), backlog=1024)
@@ -154,8 +154,9 @@ class Hub(threading.Thread):
         with self._lock:
             self._tokens[rank] = token_bytes(token)
 
-    def ignored(self) -> list[str]:
-        """The lines about connections refused since the last call (each said once)."""
+    def ignored(self) -> list[tuple[str, str]]:
+        """The connections refused since the last call: (its kind — the rank claimed and
+        why —, the line to say)."""
         with self._lock:
             out, self._ignored = self._ignored, []
         return out
@@ -190,8 +191,8 @@ class Hub(threading.Thread):
 
     def _ignore(self, sock: socket.socket, rank: int, peer: str, why: str) -> None:
         with self._lock:
-            self._ignored.append(f"meshrun: ignored a liveness link claiming node {rank} "
-                                 f"from {peer}: {why}")
+            self._ignored.append((f"{rank}: {why}", f"meshrun: ignored a liveness link "
+                                  f"claiming node {rank} from {peer}: {why}"))
         self._forget(sock)
 
     def _read(self, sock: socket.socket, data: bytes, rank: int) -> None:

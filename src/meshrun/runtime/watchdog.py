@@ -636,10 +636,9 @@ class Watchdog(threading.Thread):
             for rank, raw in zip(asked, store.multi_get(keys)):
                 if raw:
                     hub.expect(rank, protocol.NodeClaim.decode(raw).token)
-        for line in hub.ignored():
-            key = line.split(" from ", 1)[0] + line.rsplit(":", 1)[-1]
-            self._refused[key] = self._refused.get(key, 0) + 1
-            if self._refused[key] == 1:
+        for kind, line in hub.ignored():  # each kind said once, then only counted
+            self._refused[kind] = self._refused.get(kind, 0) + 1
+            if self._refused[kind] == 1:
                 self.on_warning(line)
 
     def _link_goodbyes(self) -> None:
