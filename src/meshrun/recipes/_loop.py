@@ -173,6 +173,9 @@ def guard(main: Callable[[], None]) -> None:
     try:
         main()
     except MeshrunError as err:
+        from ..worker import failure
+
+        failure.record(err.line(), err.exit_code)  # os._exit below skips the bootstrap's
         if os.environ.get("LOCAL_RANK", "0") == "0":
             print(err.line(), file=sys.stderr, flush=True)
         sys.stdout.flush()

@@ -34,6 +34,7 @@ from typing import Any
 from ..diagnose.lines import reads_like_error
 from ..errors import EXIT_STARTUP, MeshrunError, StartupError
 from ..plan import LaunchPlan, describe, ranks_phrase
+from . import failures
 from .events import EventKind, Goodbye
 from .logs import RANK_PREFIX, LogRouter, worker_logs_spec
 from .rendezvous import RDZV_BACKEND, Rounds, register_backend
@@ -137,6 +138,8 @@ class _SaidByMeshrun:
              "Got termination signal")
 
     def filter(self, record: Any) -> bool:
+        if str(record.msg).startswith("Sending process "):
+            failures.Stopping.saw()   # a record written after this is a stopped rank's
         return not str(record.msg).startswith(self._DROP)
 
 
@@ -199,6 +202,8 @@ def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
             say(f"starting {_workers(plan.nproc_per_node)}: {ranks_phrase(ranks)} of "
                 f"{plan.world_size} ({time.monotonic() - started:.1f} s after start"
                 + (f"; membership epoch {members.epoch}" if members.epoch else "") + ")")
+            launched = time.time()   # a worker's failure record older than this: not ours
+            failures.Stopping.reset()
             try:
                 with agent_running():  # the watchdog may SIGTERM this process only inside
                     launch_agent(_agent_config(plan, job, max_restarts), sys.executable,
@@ -214,7 +219,8 @@ def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
                 if event is not None:
                     status = Goodbye.STOPPED  # by the event: another node's cause, not this node's
                     return report_event(event)
-                return _report_failure(plan, failed)   # Goodbye.FAILED: the others stop for it
+                # Goodbye.FAILED: the others stop for it
+                return _report_failure(plan, failed, launched, ranks)
             except SignalException as exc:
                 status = Goodbye.STOPPED
                 if dog.event is not None:
@@ -350,27 +356,30 @@ def _explain(plan: LaunchPlan, ranks: tuple[int, ...]) -> None:
         print(f"meshrun: diagnosis: {line}", file=sys.stderr, flush=True)
 
 
-def _report_failure(plan: LaunchPlan, failed: Any) -> int:
-    """One block naming the first failed rank, its exit, and its first error line."""
-    rank, failure = failed.get_first_failure()
-    code = failure.exitcode
-    how = (f"was killed by {failure.signal_name()}" if code < 0
+def _report_failure(plan: LaunchPlan, failed: Any, since: float,
+                    ranks: tuple[int, ...]) -> int:
+    """One block naming the first cause among this node's failed ranks (runtime/failures.py:
+    a rank whose error names a cause before a victim's, then the moment each failed), its
+    exit, its first error line (never a line that does not read like an error) and the
+    others that failed."""
+    order = failures.ordered(failed.failures, plan.log_dir, since=since, ranks=ranks,
+                             stopping=failures.Stopping.since,
+                             fallback=lambda r, f: _first_error_line(f, plan, r))
+    first = order[0]
+    seen = failed.failures.get(first.rank)
+    code = seen.exitcode if seen is not None else first.exit
+    how = (f"was killed by {seen.signal_name()}" if code < 0 and seen is not None
            else f"exited with code {code}")
-    print(f"meshrun: rank {rank} on node {plan.node_rank} ({socket.gethostname()}) {how}",
-          file=sys.stderr, flush=True)
-    line, where = _first_error_line(failure, plan, rank), rank
-    others = sorted(r for r in failed.failures if r != rank)
-    if not reads_like_error(line):  # the first to exit printed no error: another rank did?
-        for other in others:
-            said = _first_error_line(failed.failures[other], plan, other)
-            if reads_like_error(said):
-                line, where = said, other
-                break
-    if line:
-        whose = f" (rank {where})" if where != rank else ""
-        print(f"meshrun:   first error{whose}: {line}", file=sys.stderr, flush=True)
+    print(f"meshrun: rank {first.rank} on node {plan.node_rank} ({socket.gethostname()}) "
+          f"{how}", file=sys.stderr, flush=True)
+    said = next((f for f in order if reads_like_error(f.line)), None)
+    if said is not None:
+        whose = f" (rank {said.rank})" if said.rank != first.rank else ""
+        print(f"meshrun:   first error{whose}: {said.line[:300]}", file=sys.stderr, flush=True)
+    others = sorted(f.rank for f in order[1:])
     if others:
         print(f"meshrun:   also failed: ranks {', '.join(map(str, others))}", file=sys.stderr)
+    where = said.rank if said is not None else first.rank
     print(f"meshrun:   logs: {plan.log_dir}/rank{where}.log", file=sys.stderr, flush=True)
     if code < 0:
         return 128 + (-code)

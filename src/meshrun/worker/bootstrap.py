@@ -14,8 +14,11 @@ Two things happen first, neither importing torch:
 
 With ``meshrun run --node-check`` the node check (:mod:`meshrun.worker.nodecheck`) runs
 next, on the first attempt. Then the observer's thread starts
-(:mod:`meshrun.worker.observe`: the script's collectives, for the hang and slow-node checks). Then ``runpy`` runs the target as ``__main__`` with ``sys.argv`` and
-``sys.path[0]`` as ``python SCRIPT`` / ``python -m MODULE`` would set them. When it
+(:mod:`meshrun.worker.observe`: the script's collectives, for the hang and slow-node
+checks). Then ``runpy`` runs the target as ``__main__`` with ``sys.argv`` and
+``sys.path[0]`` as ``python SCRIPT`` / ``python -m MODULE`` would set them. When it fails,
+the moment and its error line go to ``failures/rank<R>.json`` (:mod:`meshrun.worker.failure`:
+the node names the first cause from them, not torch's whole-second order). When it
 succeeds, what it left is collected and its process group destroyed before the
 interpreter shuts down (see :func:`_tear_down`: otherwise a gloo thread can abort a
 successful run at exit).
@@ -29,6 +32,8 @@ import os
 import runpy
 import signal
 import sys
+
+from . import failure
 
 PR_SET_PDEATHSIG = 1
 
@@ -88,11 +93,16 @@ def main() -> None:
     # Registered first, so it runs last: after the script's own atexit handlers, and after
     # Python has joined the script's non-daemon threads (an async checkpoint save, an upload).
     atexit.register(_tear_down_if, _SUCCEEDED)
+    failure.clear()
     try:
         _run(mode, target, args)
     except SystemExit as exc:
         if exc.code not in (None, 0):
+            failure.record(failure.line_of(exc), failure.exit_code(exc))
             raise
+    except BaseException as exc:
+        failure.record(failure.line_of(exc), 1)  # when, to the microsecond: the first cause
+        raise
     _SUCCEEDED.append(True)
 
 
