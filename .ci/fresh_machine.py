@@ -18,6 +18,7 @@ Exit 0 when every check passed; otherwise one line says which failed and why.
 
 from __future__ import annotations
 
+import concurrent.futures
 import glob
 import os
 import re
@@ -168,9 +169,16 @@ def main(argv: list[str]) -> int:
         work = Path(tmp)
         for sub in ("demo", "wheel", "tests"):
             (work / sub).mkdir()
-        if what in ("demo", "all"):
+        if what == "all":
+            # the demo and the wheel are independent (own venvs, folders, free ports): side
+            # by side, they overlap their installs' waiting (docs/testing.md)
+            with concurrent.futures.ThreadPoolExecutor(2) as both:
+                for done in [both.submit(check_demo, work / "demo"),
+                             both.submit(check_wheel, work / "wheel")]:
+                    done.result()
+        elif what == "demo":
             check_demo(work / "demo")
-        if what in ("wheel", "all"):
+        elif what == "wheel":
             check_wheel(work / "wheel")
         if what in ("tests", "all"):
             check_tests(work / "tests", argv[1:])

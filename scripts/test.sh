@@ -30,6 +30,10 @@ PY=${PYTHON:-python3}
 # https://download.pytorch.org/whl/cpu (README, Quick start).
 "$PY" -m pip install -q --disable-pip-version-check "torch==2.13.0"
 "$PY" -m pip install -q --disable-pip-version-check -e '.[test]'
+# Bytecode for meshrun's own modules, as a regular (non-editable) install writes it: every
+# agent and worker the suite starts would otherwise compile them again (where
+# PYTHONDONTWRITEBYTECODE is set, as on the project's machines, nothing ever caches them).
+"$PY" -m compileall -q src/meshrun >/dev/null
 # DeepSpeed ships only an sdist whose setup.py imports torch: build it against the torch
 # above (an isolated build would pull a CUDA torch), without its CUDA ops. Its own config
 # class checks `meshrun render deepspeed`.
