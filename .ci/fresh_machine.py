@@ -4,7 +4,8 @@
     python3 .ci/fresh_machine.py demo     # README command 1 in an empty venv; the demo trains
     python3 .ci/fresh_machine.py wheel    # a built wheel, installed non-editable, runs a job
     python3 .ci/fresh_machine.py tests    # README command 2 in an empty venv (the whole suite)
-    python3 .ci/fresh_machine.py all      # the three, in that order (what .ci/run does)
+    python3 .ci/fresh_machine.py all      # the three (what .ci/run does): the suite's install
+                                          # beside the demo and the wheel, its run after them
 
 The commands are read from README.md ("## Quick start", the first ```bash block: its
 non-comment lines, exactly two), never copied here, so the README cannot drift from
@@ -23,6 +24,7 @@ import glob
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -137,13 +139,28 @@ def check_wheel(work: Path) -> None:
 
 def check_tests(work: Path, pytest_args: list[str]) -> None:
     """README command 2, exactly as written, in an empty venv, from this tree."""
+    finish_tests(*start_tests(work, pytest_args))
+
+
+def start_tests(work: Path, pytest_args: list[str],
+                gate: Path | None = None) -> tuple[subprocess.Popen, str]:
+    """Start README command 2 (see :func:`check_tests`). ``gate``: the suite itself (not the
+    installs before it) waits until that file exists (``MESHRUN_TEST_START_AFTER``,
+    tests/conftest.py), so its timing tests never share the CPUs with the demo's jobs."""
     _, second = readme_commands()
     env = venv(work / "venv-tests")
+    if gate is not None:
+        env["MESHRUN_TEST_START_AFTER"] = str(gate)
     command = second + ("" if not pytest_args else " " + " ".join(pytest_args))
     print(f"fresh_machine: running `{command}` in an empty virtual environment", flush=True)
-    done = subprocess.run(["bash", "-c", command], env=env, cwd=ROOT)
-    if done.returncode != 0:
-        raise SystemExit(f"fresh_machine: `{command}` exited with {done.returncode}")
+    return subprocess.Popen(["bash", "-c", command], env=env, cwd=ROOT,
+                            start_new_session=True), command
+
+
+def finish_tests(proc: subprocess.Popen, command: str) -> None:
+    code = proc.wait()
+    if code != 0:
+        raise SystemExit(f"fresh_machine: `{command}` exited with {code}")
 
 
 def _copy_uncommitted(clone: Path) -> None:
@@ -170,17 +187,27 @@ def main(argv: list[str]) -> int:
         for sub in ("demo", "wheel", "tests"):
             (work / sub).mkdir()
         if what == "all":
-            # the demo and the wheel are independent (own venvs, folders, free ports): side
-            # by side, they overlap their installs' waiting (docs/testing.md)
-            with concurrent.futures.ThreadPoolExecutor(2) as both:
-                for done in [both.submit(check_demo, work / "demo"),
-                             both.submit(check_wheel, work / "wheel")]:
-                    done.result()
+            # The three are independent (own venvs, folders, free ports): the demo and the
+            # wheel run side by side while the suite's environment installs; the suite
+            # starts only once both are over (docs/testing.md).
+            gate = work / "tests" / "start"
+            tests, command = start_tests(work / "tests", argv[1:], gate=gate)
+            try:
+                with concurrent.futures.ThreadPoolExecutor(2) as both:
+                    for done in [both.submit(check_demo, work / "demo"),
+                                 both.submit(check_wheel, work / "wheel")]:
+                        done.result()
+            except BaseException:
+                os.killpg(tests.pid, signal.SIGKILL)   # the install or pytest, all of it
+                tests.wait()
+                raise
+            gate.touch()
+            finish_tests(tests, command)
         elif what == "demo":
             check_demo(work / "demo")
         elif what == "wheel":
             check_wheel(work / "wheel")
-        if what in ("tests", "all"):
+        if what == "tests":
             check_tests(work / "tests", argv[1:])
     return 0
 

@@ -137,26 +137,34 @@ def test_an_unthrottled_job_runs_five_minutes_without_an_alarm(tmp_path):
     """Two nodes of two workers, the detector at its defaults, for five minutes beside the
     rest of the suite. The four ranks share one CPU (affinity; whatever else runs there
     weighs on all four alike) in one cgroup weighing half of one busy process (``cpu.shares``
-    512): they take a modest part of one CPU while the suite runs, in uneven bursts. No
-    alarm may come. (Asymmetric sharing is not a false alarm: ranks split over the two CPUs
-    under the suite's load, or two ranks sharing one quota, really ran up to 2x apart.)"""
+    512) and, from their first step on, held to a fifth of a CPU (the quota: the rest of
+    the suite keeps the CPU time the soak used to take when it was free; 5-ms periods, all
+    four ranks in the one group): they take a modest part of one CPU while the suite runs,
+    in uneven bursts. No alarm may come. (Asymmetric sharing is not a false alarm: ranks
+    split over the two CPUs under the suite's load, or two ranks sharing one quota, really
+    ran up to 2x apart.)"""
     one_cpu = {max(os.sched_getaffinity(0))}
     with CpuQuota("soak", shares=512) as group:
         def place(rank: int, proc: subprocess.Popen) -> None:
             os.sched_setaffinity(proc.pid, one_cpu)   # its workers inherit both
             group.add(proc.pid)
 
-        env = clean_env(STRAGGLE_SECONDS="300", STRAGGLE_STOP=str(tmp_path / "stop"))
+        # one forward a step besides the DDP one (STRAGGLE_REPEATS): more, smaller steps
+        env = clean_env(STRAGGLE_SECONDS="300", STRAGGLE_STOP=str(tmp_path / "stop"),
+                        STRAGGLE_REPEATS="1")
         with Nodes(tmp_path, ["--", STRAGGLE], nnodes=2, nproc=2, env=env, run_id="slow",
                    log_dir=tmp_path / "logs", before_start=place) as nodes:
+            assert nodes.wait_for("straggle: first step done", timeout=180) is not None, \
+                nodes.outputs()[-3000:]
+            group.set(0.2)
             codes = nodes.wait(timeout=480)
     out = (tmp_path / "node0.out").read_text() + (tmp_path / "node1.out").read_text()
     assert codes == [0, 0], out[-3000:]
     steps = int(out.split(" steps in ")[0].rsplit("straggle: ", 1)[1])
-    assert steps > 1000, out[-2000:]
+    assert steps > 600, out[-2000:]
     assert "is slow" not in out, out[-3000:]
     rows = json.loads((tmp_path / "logs" / "slow" / "node_steps.json").read_text())["nodes"]
-    assert len(rows) == 2 and all(r["steps_reported"] > 500 for r in rows), rows
+    assert len(rows) == 2 and all(r["steps_reported"] > 300 for r in rows), rows
 
 
 def _doctors(tmp_path: Path, groups: list[CpuQuota]) -> tuple[list[str], list[int], float]:

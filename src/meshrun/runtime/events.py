@@ -20,6 +20,7 @@ class EventKind(str, Enum):
     STORE_LOST = "store-lost"    # node 0, which hosts the store, went silent
     HANG = "hang"                # no rank progressed for --hang-timeout
     PEER_FAILED = "peer-failed"  # another node's workers failed: the job ends
+    PEER_STOPPED = "peer-stopped"  # this node's workers finished; another was stopped first
     TAKEOVER = "takeover"        # a spare took a lost node's seat: every seat restarts
     REPLACED = "replaced"        # this node was found lost and its seat given away
 
@@ -89,6 +90,11 @@ def kept_out_line(node: int, host: str, losses: int) -> str:
 def replaced_line(node: int, reason: str) -> str:
     return (f"meshrun: node {node} was found lost and its seat was given away ({reason}); "
             "stopping this node: start it again and it rejoins as a spare")
+
+
+def peer_stopped_line(node: int, host: str, me: int) -> str:
+    return (f"meshrun: node {node} ({host}) was stopped before its workers finished; node "
+            f"{me}'s workers had finished: not waiting for it in torch's exit barrier")
 
 
 def peer_failed_line(node: int, host: str, me: int, *, store_closed: bool = False) -> str:

@@ -121,3 +121,16 @@ def send(pid: int, sig: int) -> bool:
     finally:
         if handle is not None:
             os.close(handle)
+
+
+def in_exit_barrier(thread_id: int | None) -> bool:
+    """Whether the thread's Python stack is inside torch's agent's ``_exit_barrier`` (its
+    workers all finished; it waits for the other nodes' agents)."""
+    import sys
+
+    frame = sys._current_frames().get(thread_id) if thread_id is not None else None
+    while frame is not None:
+        if frame.f_code.co_name == "_exit_barrier":
+            return True
+        frame = frame.f_back
+    return False

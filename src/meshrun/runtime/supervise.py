@@ -160,7 +160,59 @@ def start_watchdog(job: JobStore, plan: LaunchPlan, supervision: Supervision,
                    send_signal=procs.send, slow=slow, on_notice=on_notice,
                    on_summary=on_summary, spares=plan.spares)
     dog.start()
+    relay_stop_signals(lambda: shut_connections(job.port, store_addresses))
     return dog
+
+
+_STOP_NUMBERS = frozenset(int(getattr(signal, name)) for name in
+                          ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT"))
+
+
+def relay_stop_signals(shut: Any, grace: float = 0.5) -> bool:
+    """Make a stop signal work while torch's agent waits in its exit barrier.
+
+    A Python signal handler runs only when the main thread is back in Python; torch's agent
+    waits for the other nodes' agents in a store call in C++ (``_exit_barrier``, up to 300
+    s) and so ignores SIGTERM and SIGINT all that time (a peer that stopped never arrives).
+    ``signal.set_wakeup_fd`` has the C-level handler write each signal's number to a
+    socket the moment it arrives; a thread reads it and, when the main thread is still in
+    the exit barrier ``grace`` seconds later, ``shut`` s this process's connections to the
+    job's store: the barrier's call fails, the agent returns to Python, and the signal's
+    handler runs (this node stops, reporting why). Elsewhere (workers running, the
+    rendezvous's bounded calls) the handler runs at once and nothing is shut. Returns
+    whether the relay is on (only the main thread may set the wakeup fd)."""
+    import socket
+
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    reader, writer = socket.socketpair()
+    writer.setblocking(False)
+    try:
+        signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+    except (ValueError, OSError):
+        return False
+    _KEEP.extend((reader, writer))
+    main = threading.main_thread().ident
+
+    def watch() -> None:
+        while True:
+            try:
+                got = reader.recv(64)
+            except OSError:
+                return
+            if not got:
+                return
+            if not _STOP_NUMBERS.intersection(got):
+                continue
+            time.sleep(grace)
+            if AGENT_RUNNING.is_set() and procs.in_exit_barrier(main):
+                shut()
+
+    threading.Thread(target=watch, name="meshrun-stop-signals", daemon=True).start()
+    return True
+
+
+_KEEP: list = []
 
 
 class FileWriter:
@@ -260,4 +312,6 @@ def report_event(event) -> int:
 
     if event.kind == EventKind.PEER_FAILED:  # another node's workers failed: so did the job
         return EXIT_WORKER_FAILED
+    if event.kind == EventKind.PEER_STOPPED:  # this node's workers had all succeeded
+        return 0
     return EXIT_HANG if event.kind == EventKind.HANG else EXIT_NODE_LOST

@@ -71,6 +71,7 @@ from dataclasses import replace
 from typing import Any
 
 from .. import protocol
+from . import procs
 from .events import (
     PROBE_REASONS,
     Event,
@@ -83,6 +84,7 @@ from .events import (
     kept_out_line,
     node_lost_line,
     peer_failed_line,
+    peer_stopped_line,
     process_state,
     replaced_line,
     restart_verdict,
@@ -665,6 +667,14 @@ class Watchdog(threading.Thread):
         if failed and not self._local_failure:
             return Event(EventKind.PEER_FAILED, peer_failed_line(
                 failed[0], self.hosts.get(failed[0], "?"), self.node_rank), node=failed[0])
+        stopped = sorted(r for r, status in self.goodbyes.items()
+                         if status == Goodbye.STOPPED and r != self.node_rank
+                         and self.members.seated(r))
+        if stopped and procs.in_exit_barrier(threading.main_thread().ident):
+            # this node's workers all finished; a node stopped before its own did can never
+            # reach torch's exit barrier, which would hold this node for 300 s
+            return Event(EventKind.PEER_STOPPED, peer_stopped_line(
+                stopped[0], self.hosts.get(stopped[0], "?"), self.node_rank), node=stopped[0])
         return None
 
     # -- hangs (node 0 judges; no step of it holds up a beat) -------------------------------
