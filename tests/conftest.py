@@ -61,6 +61,39 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group(groups.pop()))
     # stable: within a rank the collection order stays (each group's tests together)
     items.sort(key=_rank)
+    _nothing_long_behind_the_soak(config, items)
+
+
+def _scope(item: pytest.Item) -> str:
+    """pytest-xdist's unit of work under ``--dist loadgroup``: a group, else the test."""
+    marker = item.get_closest_marker("xdist_group")
+    return f"@{marker.args[0]}" if marker is not None and marker.args else item.nodeid
+
+
+def _nothing_long_behind_the_soak(config, items: list) -> None:
+    """pytest-xdist gives each of its N workers one unit of work, then each worker with at
+    most two tests pending one more: the worker that took the soak (five minutes and more)
+    takes unit N+1 too, and runs it only after the soak. Unit N+1 was the 3-node spare
+    tests' group (over 200 s) in one CI run: they started after the soak and ended last,
+    with the machine half idle. So unit N+1 is the first unit test (well under a second)."""
+    workers = getattr(config.option, "numprocesses", None)
+    if not isinstance(workers, int) or workers < 2 or not items \
+            or not items[0].get_closest_marker("soak"):
+        return
+    quick = next((i for i in items if _rank(i) == 3 and i.nodeid.startswith("tests/unit/")),
+                 None)
+    if quick is None:
+        return
+    items.remove(quick)
+    seen: list[str] = []
+    for at, item in enumerate(items):
+        scope = _scope(item)
+        if scope not in seen:
+            seen.append(scope)
+            if len(seen) == workers + 1:
+                items.insert(at, quick)
+                return
+    items.append(quick)
 
 
 # --- CI: start only once the other checks are over (.ci/fresh_machine.py) ----------------

@@ -696,3 +696,31 @@ def test_a_heartbeat_key_holding_no_heartbeat_is_no_sign_of_life_and_is_named():
     assert line.startswith("meshrun: node 1 (h1) is lost: last heartbeat 2.") and \
         "its heartbeat key last held 'ALSO\\nNOT', which is no meshrun heartbeat" in line, line
     dogs[0].stop("stopped")
+
+
+def test_a_watch_key_holding_no_watch_is_no_sign_of_life_and_is_named():
+    """Issue 21: something else writes node 0's watch key. A value written once is simply
+    overwritten by node 0's next watch (no alarm); while node 0 is silent and the key holds
+    no watch, node 0 is lost at the node timeout and the line names what the key held,
+    instead of a decode error read as silence (a broken store connection each beat)."""
+    from meshrun import protocol
+
+    clock = Clock()
+    master, (dog0, dog1), events = _job(clock=clock, node_timeout=1.0)
+    master.set(protocol.WATCH, protocol.Watch(5).encode())
+    dog1.begin()
+    _beats([dog1], clock, 0.4)
+    master.set(protocol.WATCH, protocol.Watch(6).encode())   # node 0 beat again
+    _beats([dog1], clock, 0.4)
+    master.set(protocol.WATCH, b"\x00forged")                 # a stranger's write
+    _beats([dog1], clock, 0.4)
+    master.set(protocol.WATCH, protocol.Watch(7).encode())   # node 0 writes over it
+    _beats([dog1], clock, 0.4)
+    assert not events[1] and dog1._store is not None         # no alarm, no broken connection
+    master.set(protocol.WATCH, b"garbage")                    # node 0 silent from now on
+    spent = _beats([dog1], clock, 5.0, until=lambda: bool(events[1]))
+    assert 0.6 <= spent <= 1.2, spent
+    line = events[1][0].line
+    assert "which hosts the job's store, is lost" in line and \
+        "its watch (meshrun/watch) last held 'garbage', which is no meshrun value" in line, line
+    dog1.stop("stopped")

@@ -165,6 +165,7 @@ class LogRouter:
         self._header: str | None = None      # a membership epoch's first line, per rank
         self._headed: set[int] = set()
         self._saved: tuple[Any, Any] | None = None
+        self.lost: str | None = None          # why the log folder cannot be written, once
 
     def rank_log_path(self, rank: int) -> str:
         return os.path.join(self.run_dir, f"rank{rank}.log")
@@ -186,27 +187,48 @@ class LogRouter:
             return tuple(sorted(self._ran))
 
     def route(self, line: str) -> None:
-        if self._node.closed:  # a late writer (a torch thread's logger) after close()
-            return
-        self._node.write(line + "\n")
-        match = _RANK_LINE.match(line)
-        if match:
-            rank = int(match.group(1))
-            handle = self._ranks.get(rank)
-            if handle is None:
-                handle = open(self.rank_log_path(rank), "a", encoding="utf-8", buffering=1)
-                self._ranks[rank] = handle
-            if self._header is not None and rank not in self._headed:
-                self._headed.add(rank)
-                handle.write(self._header + "\n")
-            handle.write(match.group(2) + "\n")
+        if self._node.closed or self.lost is not None:  # closed: a late writer (a torch
+            return                                      # thread's logger) after close()
+        try:
+            self._node.write(line + "\n")
+            match = _RANK_LINE.match(line)
+            if match:
+                rank = int(match.group(1))
+                handle = self._ranks.get(rank)
+                if handle is None:
+                    handle = open(self.rank_log_path(rank), "a", encoding="utf-8", buffering=1)
+                    self._ranks[rank] = handle
+                if self._header is not None and rank not in self._headed:
+                    self._headed.add(rank)
+                    handle.write(self._header + "\n")
+                handle.write(match.group(2) + "\n")
+        except OSError as exc:
+            self._give_up(exc)
+
+    def _give_up(self, exc: OSError) -> None:
+        """The log folder cannot be written (a full disk, a lost mount): say so once on the
+        console and write nothing more there; training goes on. The workers' output reaches
+        the console only through torch's redirect files in that folder: it is lost too."""
+        self.lost = exc.strerror or str(exc)
+        console = self._saved[1] if self._saved is not None else sys.__stderr__
+        try:
+            console.write(f"meshrun: warning: the log folder {self.run_dir} cannot be written "
+                          f"({self.lost}): the workers' later output is lost (it reaches the "
+                          "console through files there) and meshrun's own goes to the console "
+                          "only; training goes on\n")
+            console.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
 
     def flush(self) -> None:
-        if self._node.closed:
+        if self._node.closed or self.lost is not None:
             return
-        self._node.flush()
-        for handle in self._ranks.values():
-            handle.flush()
+        try:
+            self._node.flush()
+            for handle in self._ranks.values():
+                handle.flush()
+        except OSError as exc:
+            self._give_up(exc)
 
     def install(self) -> None:
         self._saved = (sys.stdout, sys.stderr)
@@ -223,9 +245,11 @@ class LogRouter:
                 sys.stderr.flush()
                 sys.stdout, sys.stderr = self._saved
                 self._saved = None
-            self._node.close()
-            for handle in self._ranks.values():
-                handle.close()
+            for handle in (self._node, *self._ranks.values()):
+                try:
+                    handle.close()
+                except OSError:  # its last lines could not be written (a full disk)
+                    pass
 
 
 def worker_logs_spec(run_dir: str, node_rank: int):

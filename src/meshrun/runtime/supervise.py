@@ -266,8 +266,11 @@ def write_atomically(path: str, text: str) -> None:
         with open(path + ".tmp", "w", encoding="utf-8") as handle:
             handle.write(text)
         os.replace(path + ".tmp", path)
-    except OSError:
-        pass
+    except OSError:  # a full disk: the old file stays whole, no half-written one is left
+        try:
+            os.unlink(path + ".tmp")
+        except OSError:
+            pass
 
 
 def await_event(dog, supervision: Supervision, poll: float = 0.1, *, epoch: int | None = None):

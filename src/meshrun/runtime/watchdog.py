@@ -193,6 +193,7 @@ class Watchdog(threading.Thread):
         self._seen: dict[int, tuple[str, float]] = {}
         self._lost: list[tuple[int, float]] = []
         self._bad: dict[int, str] = {}   # node 0: a heartbeat key holding no heartbeat
+        self._bad_watch = ""             # the others: node 0's watch key holding no watch
         # the others: node 0's last watch and when its beat changed
         self._watch: protocol.Watch | None = None
         self._watch_at = 0.0
@@ -545,7 +546,21 @@ class Watchdog(threading.Thread):
                   protocol.Heartbeat(self._beat).encode())
         if self._link is None:
             self._open_link(store)
-        watch = protocol.Watch.decode(store.get(protocol.WATCH))
+        raw = store.get(protocol.WATCH)
+        try:
+            watch = protocol.Watch.decode(raw)
+        except (ValueError, TypeError, KeyError, AttributeError, IndexError):
+            # not node 0's watch (something else wrote the key): no sign of node 0's life,
+            # and named if node 0 is found lost while it lasts
+            self._bad_watch = raw.decode(errors="replace") if isinstance(raw, bytes) \
+                else str(raw)
+            first = _FIRST_CONNECT_S if self._watch is None else 0.0
+            if 0 not in self.goodbyes and now - self._watch_at >= self._limit + first:
+                return Event(EventKind.NODE_LOST, node_lost_line(
+                    0, self.hosts.get(0, "?"), now - self._watch_at, store_host=True,
+                    bad=self._bad_watch, key=f"watch ({protocol.WATCH})"), node=0)
+            return None
+        self._bad_watch = ""
         if self._watch is None or watch.beat != self._watch.beat:
             self._watch_at = now
         self._watch = watch

@@ -33,7 +33,7 @@ import runpy
 import signal
 import sys
 
-from . import failure
+from . import failure, streams
 
 PR_SET_PDEATHSIG = 1
 
@@ -82,6 +82,7 @@ def main() -> None:
         sys.exit("usage: python -m meshrun.worker.bootstrap (-- SCRIPT | -m MODULE) [ARGS...]")
     _die_with_parent()
     _stacks_on_sigusr1()
+    streams.tolerate()  # a full log disk drops output, never the training
     if os.environ.get("MESHRUN_NODE_CHECK") == "1":  # meshrun run --node-check
         from .nodecheck import before_script
 
