@@ -49,7 +49,7 @@ def test_gpu_recipe_benchmark_rehearsed_on_cpu(tmp_path):
         recipe["mfu"] * row["mean"]["recipe_ms"] / row["mean"]["plain_ms"])
     recipe_loss, plain_loss = row["final_loss"]
     assert recipe_loss == plain_loss                  # same model, data and steps under bf16
-    assert len(result["autoencoder"]) == 2
+    assert len(result["autoencoder"]) == 1             # a rehearsal runs it once (GPU: twice)
     for run in result["autoencoder"]:
         assert run["samples_per_s"] > 0 and run["mfu"] > 0
     assert "gpu-mlp: MFU recipe" in done.stdout

@@ -223,6 +223,17 @@ def test_node_0_failing_stops_the_others_with_its_name_not_as_lost(tmp_path):
     assert done.returncode == 7, done.stderr[-2000:]     # the failed worker's own code
 
 
+def test_simulate_ends_naming_the_node_whose_rank_failed_first(tmp_path):
+    """Rank 1 (node 1) exits 7; rank 0 (node 0) then fails in its barrier, a victim. The
+    last line names node 1 and its rank, and the exit is rank 1's 7, not node 0's 1
+    (issue 23: before, "simulated node 0 exited with 1 (also failed: nodes 1)")."""
+    done = meshrun("simulate", "--nodes", "2", "--nproc-per-node", "1", "--run-id", "r1",
+                   "--", str(SCRIPTS / "fail_on_rank.py"), "1", cwd=tmp_path, timeout=90)
+    last = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 7, done.stderr[-2000:]
+    assert last.startswith("meshrun: simulated node 1 exited with 7; rank 1 failed first"), last
+
+
 def test_every_node_failing_ends_the_job_with_each_nodes_own_report(tmp_path):
     """Every rank raises at once. Each node reports its own failure (exit 1, its rank, the
     first error), nobody is called lost or blamed for the others, and the run is diagnosed

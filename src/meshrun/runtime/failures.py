@@ -102,3 +102,23 @@ def _message(f: Any) -> str:
         message = message.get("message", "")
     text = str(message or "").strip().splitlines()
     return text[-1] if text else ""
+
+
+def first_recorded(folder: str, *, since: float,
+                   victim: Callable[[str], bool] = is_victim) -> dict | None:
+    """The first cause among every rank's record in run folder ``folder`` written at or
+    after ``since`` (``meshrun simulate``: every simulated node's ranks share the folder):
+    cause before victim, then the earliest; None when no rank wrote one."""
+    import glob
+    import os
+    import re
+
+    found = []
+    for path in glob.glob(os.path.join(folder, records.FOLDER, "rank*.json")):
+        name = re.fullmatch(r"rank(\d+)\.json", os.path.basename(path))
+        mine = records.read(folder, int(name.group(1)), since=since) if name else None
+        if mine is not None:
+            found.append(mine)
+    if not found:
+        return None
+    return min(found, key=lambda r: (victim(r.get("line", "")), r["time"], r.get("rank", 0)))

@@ -22,6 +22,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ..errors import one_line
 from ..plan import Command
 
 
@@ -102,6 +103,7 @@ def simulate(env: Mapping[str, str], cmd: Command, request: SimulateRequest, *,
              if threads is not None else "")
     print(f"meshrun: simulating {nodes} nodes on this machine (store 127.0.0.1:{port}, "
           f"run id {run_id}{share})", flush=True)
+    started = time.time()   # a rank's failure record older than this is another run's
     procs = [subprocess.Popen(node_argv(request, cmd, nodes, rank, port, run_id, workers),
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True, bufsize=1, start_new_session=True,
@@ -127,12 +129,24 @@ def simulate(env: Mapping[str, str], cmd: Command, request: SimulateRequest, *,
     if failed and not interrupted:
         _explain(plan)
     if failed:
-        rank, code = failed[0]
+        # the node whose rank failed first (each rank records the moment it failed; a rank
+        # that failed because another did comes after any that did not), else the first
+        from .failures import first_recorded
+
+        cause = None if interrupted else first_recorded(plan.log_dir, since=started)
+        first = next((f for f in failed if cause is not None and f[0] == cause.get("node")),
+                     failed[0])
+        rank, code = first
         if code < 0:  # a node agent killed by a signal: the shell's 128 + N, not 256 - N
             code = 128 - code
-        print(f"meshrun: simulated node {rank} exited with {code}"
-              + (f" (also failed: nodes {', '.join(str(r) for r, _ in failed[1:])})"
-                 if len(failed) > 1 else ""), file=sys.stderr, flush=True)
+        others = [str(r) for r, _ in failed if r != rank]
+        said = ""
+        if cause is not None and cause.get("node") == rank:
+            said = f"; rank {cause['rank']} failed first" + (
+                f": {one_line(cause['line'][:300])}" if cause.get("line") else "")
+        print(f"meshrun: simulated node {rank} exited with {code}{said}"
+              + (f" (also failed: nodes {', '.join(others)})" if others else ""),
+              file=sys.stderr, flush=True)
         return code
     print(f"meshrun: all {nodes} simulated nodes finished successfully", flush=True)
     return 0

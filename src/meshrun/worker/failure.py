@@ -60,8 +60,9 @@ def record(line: str, code: int) -> None:
     if not folder or rank is None or _DONE:
         return
     _DONE.append(True)
+    node = os.environ.get("MESHRUN_NODE_RANK", "")
     data = {"rank": int(rank), "pid": os.getpid(), "time": time.time(), "exit": code,
-            "line": line.strip()[:1000]}
+            "line": line.strip()[:1000], "node": int(node) if node.isdigit() else None}
     path = _path(folder, rank)
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
