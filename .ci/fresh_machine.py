@@ -108,8 +108,13 @@ def check_wheel(work: Path) -> None:
     from a folder far from the source: entry point, package data and imports without
     the source tree."""
     dist = work / "dist"
+    # built from a clone: a build writes into its source tree (build/, *.egg-info), and the
+    # suite's `pip install -e .` runs in this one at the same time
+    source = work / "source"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(source)], check=True)
+    _copy_uncommitted(source)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist),
-                    str(ROOT)], check=True, stdout=subprocess.DEVNULL)
+                    str(source)], check=True, stdout=subprocess.DEVNULL)
     wheels = glob.glob(str(dist / "meshrun-*.whl"))
     if len(wheels) != 1:
         raise SystemExit(f"fresh_machine: expected one meshrun wheel in {dist}, found {wheels}")
@@ -193,16 +198,23 @@ def main(argv: list[str]) -> int:
             gate = work / "tests" / "start"
             tests, command = start_tests(work / "tests", argv[1:], gate=gate)
             try:
-                with concurrent.futures.ThreadPoolExecutor(2) as both:
-                    for done in [both.submit(check_demo, work / "demo"),
-                                 both.submit(check_wheel, work / "wheel")]:
-                        done.result()
+                both = concurrent.futures.ThreadPoolExecutor(2)
+                checks = [both.submit(check_demo, work / "demo"),
+                          both.submit(check_wheel, work / "wheel")]
+                concurrent.futures.wait(checks, return_when=concurrent.futures.FIRST_EXCEPTION)
+                for done in checks:
+                    if done.done() and done.exception() is not None:
+                        raise done.exception()  # at once: not after the other check too
+                for done in checks:
+                    done.result()
+                both.shutdown()
+                gate.touch()
+                finish_tests(tests, command)
             except BaseException:
-                os.killpg(tests.pid, signal.SIGKILL)   # the install or pytest, all of it
-                tests.wait()
+                if tests.poll() is None:
+                    os.killpg(tests.pid, signal.SIGKILL)   # the install or pytest, all of it
+                    tests.wait()
                 raise
-            gate.touch()
-            finish_tests(tests, command)
         elif what == "demo":
             check_demo(work / "demo")
         elif what == "wheel":

@@ -110,7 +110,9 @@ def test_a_rank_that_failed_on_its_own_before_the_agent_stopped_it_also_failed(t
 
 
 @pytest.mark.parametrize("raw", [b"", b"{", b"[]", b'{"time": "x", "pid": 1}',
-                                 b'{"time": 1e20, "pid": true, "line": 3}', b"\xff" * 10])
+                                 b'{"time": 1e20, "pid": true, "line": 3}', b"\xff" * 10,
+                                 b'{"time": 1e20, "pid": 5}',               # no rank
+                                 b'{"time": 1e20, "pid": 5, "rank": "0"}'])
 def test_a_malformed_record_is_ignored(tmp_path, raw):
     (tmp_path / "failures").mkdir()
     (tmp_path / "failures" / "rank0.json").write_bytes(raw)
@@ -124,3 +126,32 @@ def test_the_victim_rule_follows_the_diagnose_catalog():
     assert failures.is_victim(GLOO)
     assert not failures.is_victim("ValueError: bad batch")
     assert not failures.is_victim("")
+
+
+def test_the_stop_time_is_the_latest_stop_burst(monkeypatch):
+    """Each attempt of a job with restarts ends with a burst of "Sending process N closing
+    signal" lines: the time kept is the last burst's, so a record of a later attempt is not
+    taken for a stopped rank's."""
+    now = [1000.0]
+    monkeypatch.setattr(failures.time, "time", lambda: now[0])
+    failures.Stopping.reset()
+    failures.Stopping.saw()
+    now[0] += 0.05
+    failures.Stopping.saw()                       # the same burst: its first line counts
+    assert failures.Stopping.since == 1000.0
+    now[0] += 30                                  # the next attempt's stop
+    failures.Stopping.saw()
+    assert failures.Stopping.since == 1030.05
+    failures.Stopping.reset()
+    assert failures.Stopping.since is None
+
+
+def test_a_missing_line_reads_as_none_and_the_tolerant_streams_copy():
+    import copy
+    import io
+
+    from meshrun.worker.streams import Tolerant
+
+    stream = Tolerant(io.StringIO())
+    stream.write("x")
+    assert copy.copy(stream) is not None and stream.getvalue() == "x"

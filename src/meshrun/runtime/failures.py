@@ -49,15 +49,18 @@ def is_victim(line: str) -> bool:
 
 
 class Stopping:
-    """When this node's agent began stopping its workers (torch logs ``Sending process N
-    closing signal``): a record written after it is a stopped rank's, not a failure's."""
+    """When this node's agent last began stopping its workers (torch logs ``Sending process
+    N closing signal`` for each, in one burst; a restart's attempt ends with a burst of its
+    own): a record written after it is a stopped rank's, not a failure's."""
 
     since: float | None = None
+    _BURST_S = 5.0   # the lines of one stop come within this (a new burst: a later attempt)
 
     @classmethod
     def saw(cls) -> None:
-        if cls.since is None:
-            cls.since = time.time()
+        now = time.time()
+        if cls.since is None or now - cls.since > cls._BURST_S:
+            cls.since = now
 
     @classmethod
     def reset(cls) -> None:
@@ -81,8 +84,10 @@ def ordered(failures: Mapping[int, Any], folder: str, *, since: float,
             mine = None   # another process of that rank (an earlier attempt's)
         line = mine["line"] if mine and mine["line"] else (
             fallback(rank, f) if fallback else _message(f))
+        # torch's time is the whole second it noticed the exit (rounded down): a record of
+        # the same second is taken as earlier
         out.append(Failed(rank, int(f.exitcode),
-                          float(mine["time"]) if mine else float(f.timestamp), line,
+                          float(mine["time"]) if mine else float(f.timestamp) + 0.999, line,
                           mine is not None, victim(line), True))
     for rank in ranks:
         if rank in failures:
@@ -121,4 +126,4 @@ def first_recorded(folder: str, *, since: float,
             found.append(mine)
     if not found:
         return None
-    return min(found, key=lambda r: (victim(r.get("line", "")), r["time"], r.get("rank", 0)))
+    return min(found, key=lambda r: (victim(r["line"]), r["time"], r["rank"]))

@@ -362,9 +362,15 @@ def _report_failure(plan: LaunchPlan, failed: Any, since: float,
     a rank whose error names a cause before a victim's, then the moment each failed), its
     exit, its first error line (never a line that does not read like an error) and the
     others that failed."""
-    order = failures.ordered(failed.failures, plan.log_dir, since=since, ranks=ranks,
-                             stopping=failures.Stopping.since,
-                             fallback=lambda r, f: _first_error_line(f, plan, r))
+    try:
+        order = failures.ordered(failed.failures, plan.log_dir, since=since, ranks=ranks,
+                                 stopping=failures.Stopping.since,
+                                 fallback=lambda r, f: _first_error_line(f, plan, r))
+    except Exception:  # noqa: BLE001 - the report must come whatever the records hold
+        order = [failures.Failed(r, int(f.exitcode), float(f.timestamp),
+                                 _first_error_line(f, plan, r), False, False, True)
+                 for r, f in sorted(failed.failures.items(),
+                                    key=lambda x: (x[1].timestamp, x[0]))]
     first = order[0]
     seen = failed.failures.get(first.rank)
     code = seen.exitcode if seen is not None else first.exit

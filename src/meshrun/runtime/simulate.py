@@ -133,7 +133,10 @@ def simulate(env: Mapping[str, str], cmd: Command, request: SimulateRequest, *,
         # that failed because another did comes after any that did not), else the first
         from .failures import first_recorded
 
-        cause = None if interrupted else first_recorded(plan.log_dir, since=started)
+        try:
+            cause = None if interrupted else first_recorded(plan.log_dir, since=started)
+        except Exception:  # noqa: BLE001 - the last line must come whatever the records hold
+            cause = None
         first = next((f for f in failed if cause is not None and f[0] == cause.get("node")),
                      failed[0])
         rank, code = first

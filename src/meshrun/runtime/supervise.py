@@ -188,8 +188,13 @@ def relay_stop_signals(shut: Any, grace: float = 0.5) -> bool:
     reader, writer = socket.socketpair()
     writer.setblocking(False)
     try:
-        signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+        before = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
     except (ValueError, OSError):
+        return False
+    if before != -1:  # someone else's (an event loop's): theirs stays, no relay
+        signal.set_wakeup_fd(before)
+        reader.close()
+        writer.close()
         return False
     _KEEP.extend((reader, writer))
     main = threading.main_thread().ident
@@ -206,7 +211,10 @@ def relay_stop_signals(shut: Any, grace: float = 0.5) -> bool:
                 continue
             time.sleep(grace)
             if AGENT_RUNNING.is_set() and procs.in_exit_barrier(main):
-                shut()
+                try:
+                    shut()
+                except Exception:  # noqa: BLE001, S110 - the next signal tries again
+                    pass
 
     threading.Thread(target=watch, name="meshrun-stop-signals", daemon=True).start()
     return True

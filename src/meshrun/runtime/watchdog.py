@@ -265,11 +265,26 @@ class Watchdog(threading.Thread):
                     until = time.monotonic() + 2 * self.interval + 0.5  # a real wait
                     while time.monotonic() < until and not self._everyone_said_goodbye(store):
                         time.sleep(0.1)
-        except Exception:  # noqa: BLE001, S110 - the store may be gone; nothing to tell then
-            pass
+        except Exception:  # noqa: BLE001 - the store may be gone; or this connection was
+            self._goodbye_again(status)   # shut (a stop signal in torch's exit barrier)
         with self._lock:
             self._store = None
         store.close(self._patience)
+
+    def _goodbye_again(self, status: Goodbye) -> None:
+        """The goodbye once more, over a fresh connection of its own (bounded like every
+        call), closed after it."""
+        fresh = None
+        try:
+            fresh = self._connect()
+            if fresh is not None:
+                fresh.set(protocol.heartbeat_key(self.node_rank),
+                          protocol.Heartbeat(self._beat + 1, Goodbye(status).value).encode())
+        except Exception:  # noqa: BLE001, S110 - the store is gone: nothing to tell then
+            pass
+        finally:
+            if fresh is not None:
+                fresh.close(self._patience)
 
     def _close_links(self, status: Goodbye) -> None:
         letter = Goodbye(status).value[:1]
@@ -685,9 +700,13 @@ class Watchdog(threading.Thread):
         stopped = sorted(r for r, status in self.goodbyes.items()
                          if status == Goodbye.STOPPED and r != self.node_rank
                          and self.members.seated(r))
-        if stopped and procs.in_exit_barrier(threading.main_thread().ident):
+        others = [r for r in self.members.seats if r != self.node_rank]
+        if stopped and (self.node_rank != 0 or all(r in self.goodbyes for r in others)) \
+                and procs.in_exit_barrier(threading.main_thread().ident):
             # this node's workers all finished; a node stopped before its own did can never
-            # reach torch's exit barrier, which would hold this node for 300 s
+            # reach torch's exit barrier, which would hold this node for 300 s. Node 0 hosts
+            # the store: it leaves only once no other node still works (one still saving
+            # its last checkpoint would lose the store)
             return Event(EventKind.PEER_STOPPED, peer_stopped_line(
                 stopped[0], self.hosts.get(stopped[0], "?"), self.node_rank), node=stopped[0])
         return None

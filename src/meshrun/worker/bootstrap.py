@@ -80,6 +80,7 @@ def _observe() -> None:
 def main() -> None:
     if len(sys.argv) < 3 or sys.argv[1] not in ("--", "-m"):
         sys.exit("usage: python -m meshrun.worker.bootstrap (-- SCRIPT | -m MODULE) [ARGS...]")
+    failure.clear()  # this rank's record of an earlier attempt is not this attempt's
     _die_with_parent()
     _stacks_on_sigusr1()
     streams.tolerate()  # a full log disk drops output, never the training
@@ -94,7 +95,6 @@ def main() -> None:
     # Registered first, so it runs last: after the script's own atexit handlers, and after
     # Python has joined the script's non-daemon threads (an async checkpoint save, an upload).
     atexit.register(_tear_down_if, _SUCCEEDED)
-    failure.clear()
     try:
         _run(mode, target, args)
     except SystemExit as exc:

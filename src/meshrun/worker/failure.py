@@ -87,9 +87,11 @@ def read(folder: str, rank: int, *, since: float = 0.0) -> dict | None:
         return None
     if not isinstance(data, dict):
         return None
-    stamp, pid = data.get("time"), data.get("pid")
+    stamp, pid, who = data.get("time"), data.get("pid"), data.get("rank")
     if not isinstance(stamp, (int, float)) or isinstance(stamp, bool) or stamp < since \
             or not isinstance(pid, int) or isinstance(pid, bool) \
+            or not isinstance(who, int) or isinstance(who, bool) \
             or not isinstance(data.get("line", ""), str):
         return None
+    data.setdefault("line", "")
     return data

@@ -65,6 +65,8 @@ class Tolerant(io.TextIOBase):
         return self._stream.errors
 
     def __getattr__(self, name: str) -> Any:  # buffer, reconfigure, line_buffering, ...
+        if name == "_stream" or (name.startswith("__") and name.endswith("__")):
+            raise AttributeError(name)   # copy/pickle probe these before __init__ ran
         return getattr(self._stream, name)
 
 
