@@ -201,12 +201,8 @@ def main(argv: list[str]) -> int:
                 both = concurrent.futures.ThreadPoolExecutor(2)
                 checks = [both.submit(check_demo, work / "demo"),
                           both.submit(check_wheel, work / "wheel")]
-                concurrent.futures.wait(checks, return_when=concurrent.futures.FIRST_EXCEPTION)
-                for done in checks:
-                    if done.done() and done.exception() is not None:
-                        raise done.exception()  # at once: not after the other check too
-                for done in checks:
-                    done.result()
+                for done in concurrent.futures.as_completed(checks):
+                    done.result()   # a failed check is raised as it ends, not after the other
                 both.shutdown()
                 gate.touch()
                 finish_tests(tests, command)

@@ -36,10 +36,11 @@ def check_checkpoint_dir(plan) -> None:
             "checkpoint.dir", "checkpoint.dir"))
 
 
-def not_a_folder(path: str) -> str | None:
+def not_a_folder(path: str, probe: str | None = None) -> str | None:
     """Why ``path`` cannot be (or become) a folder — "is a file", "is under a file, X" — or
-    None: the nearest part of it that exists is a folder. Nothing is made."""
-    probe = nearest_existing(path)
+    None: the nearest part of it that exists is a folder. Nothing is made. ``probe``: that
+    nearest part, when the caller has it (:func:`nearest_existing`)."""
+    probe = probe or nearest_existing(path)
     if os.path.isdir(probe):
         return None
     return "is a file" if probe == os.path.abspath(path) else f"is under a file, {probe}"
@@ -55,13 +56,13 @@ def nearest_existing(path: str) -> str:
 
 def check_checkpoint_path(path: str, where: str) -> None:
     """:func:`check_checkpoint_dir` for one path; ``where`` says where it was given."""
-    what = not_a_folder(path)
+    probe = nearest_existing(path)
+    what = not_a_folder(path, probe)
     if what:
         raise UsageError(f"the checkpoint folder {path} ({where}) {what}, not a folder",
                          subject="--checkpoint-dir", hint="pass --checkpoint-dir a folder "
                          "(it is made if missing), or set checkpoint.dir",
                          code="checkpoint-dir-not-a-folder")
-    probe = nearest_existing(path)
     if not os.access(probe, os.W_OK | os.X_OK):
         raise UsageError(f"the checkpoint folder {path} ({where}) cannot be written "
                          f"({probe} is not writable)", subject="--checkpoint-dir",

@@ -78,7 +78,7 @@ def _disk(plan: LaunchPlan, checkpoint_dir: str) -> list[Check]:
     out = []
     for what, path in (("logs", plan.log_dir), ("checkpoints", checkpoint_dir)):
         probe = nearest_existing(path)
-        wrong = not_a_folder(path)
+        wrong = not_a_folder(path, probe)
         if wrong:
             flag = "--log-dir" if what == "logs" else "--checkpoint-dir"
             out.append(Check("disk-space", "error", path, f"the folder for {what} ({path}) "

@@ -47,17 +47,17 @@ class Goodbye(str, Enum):
 
 
 def node_lost_line(node: int, host: str, age_s: float, *, store_host: bool = False,
-                   closed: bool = False, bad: str = "", key: str = "heartbeat key") -> str:
+                   closed: bool = False, bad: str = "", key: str = "heartbeat key",
+                   kind: str = "heartbeat") -> str:
     """``closed``: its agent's liveness link closed without a goodbye (the process died);
     ``bad``: a value in its ``key`` (its heartbeat key; node 0's watch) that does not decode
-    (not counted as a sign of life)."""
+    as a meshrun ``kind`` (not counted as a sign of life)."""
     what = (f"node {node} ({host}), which hosts the job's store, is lost"
             if store_host else f"node {node} ({host}) is lost")
     how = "; its agent's connection closed without a goodbye (the process died)" if closed else ""
     if bad:
         shown = one_line(bad[:60]) + ("..." if len(bad) > 60 else "")
-        what_key = "heartbeat" if key == "heartbeat key" else "value"
-        how += (f"; its {key} last held '{shown}', which is no meshrun {what_key} "
+        how += (f"; its {key} last held '{shown}', which is no meshrun {kind} "
                 "(something else writes to this job's store)")
     return f"meshrun: {what}: last heartbeat {age_s:.1f} s ago{how}"
 

@@ -76,14 +76,13 @@ def ordered(failures: Mapping[int, Any], folder: str, *, since: float,
     ``since``: wall time this launch began (older records are another launch's); ``ranks``:
     this node's ranks, whose records count though torch did not see them fail (written
     before ``stopping``); ``fallback(rank, failure)``: the error line of a rank that wrote
-    no record (default: torch's message)."""
+    no record (default: none)."""
     out = []
     for rank, f in failures.items():
         mine = records.read(folder, rank, since=since)
         if mine is not None and mine["pid"] != getattr(f, "pid", None):
             mine = None   # another process of that rank (an earlier attempt's)
-        line = mine["line"] if mine and mine["line"] else (
-            fallback(rank, f) if fallback else _message(f))
+        line = mine["line"] if mine and mine["line"] else (fallback(rank, f) if fallback else "")
         # torch's time is the whole second it noticed the exit (rounded down): a record of
         # the same second is taken as earlier
         out.append(Failed(rank, int(f.exitcode),
@@ -99,14 +98,6 @@ def ordered(failures: Mapping[int, Any], folder: str, *, since: float,
         out.append(Failed(rank, code if isinstance(code, int) and code > 0 else 1,
                           float(mine["time"]), mine["line"], True, victim(mine["line"]), False))
     return sorted(out, key=lambda x: (x.victim, x.at, x.rank))
-
-
-def _message(f: Any) -> str:
-    message = getattr(f, "message", "")
-    if isinstance(message, dict):
-        message = message.get("message", "")
-    text = str(message or "").strip().splitlines()
-    return text[-1] if text else ""
 
 
 def first_recorded(folder: str, *, since: float,

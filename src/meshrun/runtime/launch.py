@@ -40,6 +40,7 @@ from .logs import RANK_PREFIX, LogRouter, worker_logs_spec
 from .rendezvous import RDZV_BACKEND, Rounds, register_backend
 from .store import JobStore, join, open_store, say, store_errors
 from .supervise import (
+    STOP_SIGNALS,
     Supervision,
     agent_running,
     await_event,
@@ -49,7 +50,6 @@ from .supervise import (
 )
 
 STOPPED_BY_SIGNAL = threading.Event()  # the run was stopped from outside (not by meshrun)
-_STOP_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
 
 
 def _raise_on_signals() -> None:
@@ -63,7 +63,7 @@ def _raise_on_signals() -> None:
         raise SignalException(f"Process {os.getpid()} got signal: {signum}",
                               sigval=signal.Signals(signum))
 
-    for name in _STOP_SIGNALS:
+    for name in STOP_SIGNALS:
         signal.signal(getattr(signal, name), handler)
 
 
@@ -71,7 +71,7 @@ def _default_signals() -> None:
     """Back to the default actions (the first signal has been handled)."""
     if threading.current_thread() is not threading.main_thread():
         return
-    for name in _STOP_SIGNALS:
+    for name in STOP_SIGNALS:
         signal.signal(getattr(signal, name),
                       signal.default_int_handler if name == "SIGINT" else signal.SIG_DFL)
 
@@ -362,18 +362,18 @@ def _report_failure(plan: LaunchPlan, failed: Any, since: float,
     a rank whose error names a cause before a victim's, then the moment each failed), its
     exit, its first error line (never a line that does not read like an error) and the
     others that failed."""
+    def line_of(rank: int, failure: Any) -> str:
+        return _first_error_line(failure, plan, rank)
+
     try:
         order = failures.ordered(failed.failures, plan.log_dir, since=since, ranks=ranks,
-                                 stopping=failures.Stopping.since,
-                                 fallback=lambda r, f: _first_error_line(f, plan, r))
-    except Exception:  # noqa: BLE001 - the report must come whatever the records hold
-        order = [failures.Failed(r, int(f.exitcode), float(f.timestamp),
-                                 _first_error_line(f, plan, r), False, False, True)
-                 for r, f in sorted(failed.failures.items(),
-                                    key=lambda x: (x[1].timestamp, x[0]))]
+                                 stopping=failures.Stopping.since, fallback=line_of)
+    except Exception:  # noqa: BLE001 - the report must come whatever the records hold:
+        order = failures.ordered(failed.failures, plan.log_dir, since=float("inf"),
+                                 fallback=line_of, victim=lambda line: False)  # torch's order
     first = order[0]
     seen = failed.failures.get(first.rank)
-    code = seen.exitcode if seen is not None else first.exit
+    code = first.exit
     how = (f"was killed by {seen.signal_name()}" if code < 0 and seen is not None
            else f"exited with code {code}")
     print(f"meshrun: rank {first.rank} on node {plan.node_rank} ({socket.gethostname()}) "

@@ -55,8 +55,8 @@ class Hub(threading.Thread):
         self._link_token: dict[int, bytes] = {}          # rank -> its live link's token
         self._unverified: dict[socket.socket, tuple[int, bytes, float, str]] = {}
         self._ignored: list[tuple[str, str]] = []         # (kind, line) not yet taken
-        self._pending: dict[socket.socket, bytes] = {}   # accepted, no whole header yet
-        self._accepted_at: dict[socket.socket, float] = {}
+        # accepted, no whole header yet: (when it was accepted, what it has sent)
+        self._pending: dict[socket.socket, tuple[float, bytes]] = {}
         self._server = socket.create_server((host, 0), backlog=1024)
         self._server.setblocking(False)
         self.port = self._server.getsockname()[1]
@@ -70,7 +70,7 @@ class Hub(threading.Thread):
         self._on_change = on_change
 
     def run(self) -> None:
-        pending = self._pending                        # accepted, rank not read yet
+        pending = self._pending
         while not self._halt:
             try:
                 ready = self._selector.select(0.5)
@@ -84,8 +84,7 @@ class Hub(threading.Thread):
                     except OSError:
                         continue
                     conn.setblocking(False)
-                    pending[conn] = b""
-                    self._accepted_at[conn] = time.monotonic()
+                    pending[conn] = (time.monotonic(), b"")
                     self._selector.register(conn, selectors.EVENT_READ, None)
                     continue
                 assert isinstance(sock, socket.socket)
@@ -96,11 +95,12 @@ class Hub(threading.Thread):
                 except OSError:
                     data = b""
                 if sock in pending:
-                    pending[sock] += data
-                    if data and len(pending[sock]) < _HEADER.size:
+                    since, header = pending[sock]
+                    header += data
+                    if data and len(header) < _HEADER.size:
+                        pending[sock] = (since, header)
                         continue
-                    header = pending.pop(sock)
-                    self._accepted_at.pop(sock, None)
+                    del pending[sock]
                     if len(header) < _HEADER.size:
                         self._forget(sock)
                         continue
@@ -177,10 +177,9 @@ class Hub(threading.Thread):
                 self._on_change()
         for sock in old:
             self._drop(sock, "it did not carry the token of that node's claim from the join")
-        silent = [s for s, since in self._accepted_at.items() if now - since >= UNVERIFIED_S]
+        silent = [s for s, (since, _) in self._pending.items() if now - since >= UNVERIFIED_S]
         for sock in silent:  # connected, never sent a whole header: an idle stranger
-            self._pending.pop(sock, None)
-            self._accepted_at.pop(sock, None)
+            del self._pending[sock]
             self._forget(sock)
 
     def _drop(self, sock: socket.socket, why: str) -> None:

@@ -215,7 +215,8 @@ class LogRouter:
             console.write(f"meshrun: warning: the log folder {self.run_dir} cannot be written "
                           f"({self.lost}): the workers' later output is lost (it reaches the "
                           "console through files there) and meshrun's own goes to the console "
-                          "only; training goes on\n")
+                          "only; training goes on; fix: free space there, or give the next "
+                          "run a --log-dir on another disk\n")
             console.flush()
         except (OSError, ValueError, AttributeError):
             pass

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 
 _lock = threading.Lock()
@@ -126,8 +127,6 @@ def send(pid: int, sig: int) -> bool:
 def in_exit_barrier(thread_id: int | None) -> bool:
     """Whether the thread's Python stack is inside torch's agent's ``_exit_barrier`` (its
     workers all finished; it waits for the other nodes' agents)."""
-    import sys
-
     frame = sys._current_frames().get(thread_id) if thread_id is not None else None
     while frame is not None:
         if frame.f_code.co_name == "_exit_barrier":

@@ -164,8 +164,8 @@ def start_watchdog(job: JobStore, plan: LaunchPlan, supervision: Supervision,
     return dog
 
 
-_STOP_NUMBERS = frozenset(int(getattr(signal, name)) for name in
-                          ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT"))
+STOP_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")  # what ends a node from outside
+_STOP_NUMBERS = frozenset(int(getattr(signal, name)) for name in STOP_SIGNALS)
 
 
 def relay_stop_signals(shut: Any, grace: float = 0.5) -> bool:

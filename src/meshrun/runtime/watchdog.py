@@ -193,7 +193,6 @@ class Watchdog(threading.Thread):
         self._seen: dict[int, tuple[str, float]] = {}
         self._lost: list[tuple[int, float]] = []
         self._bad: dict[int, str] = {}   # node 0: a heartbeat key holding no heartbeat
-        self._bad_watch = ""             # the others: node 0's watch key holding no watch
         # the others: node 0's last watch and when its beat changed
         self._watch: protocol.Watch | None = None
         self._watch_at = 0.0
@@ -252,9 +251,7 @@ class Watchdog(threading.Thread):
         if store is None:
             return
         try:
-            goodbye = Goodbye(status).value
-            store.set(protocol.heartbeat_key(self.node_rank),
-                      protocol.Heartbeat(self._beat + 1, goodbye).encode())
+            self._write_goodbye(store, status)
             if self.node_rank == 0:
                 self.goodbyes[0] = Goodbye(status)
                 self._publish(store, self.clock())
@@ -271,6 +268,11 @@ class Watchdog(threading.Thread):
             self._store = None
         store.close(self._patience)
 
+    def _write_goodbye(self, store: BoundedStore, status: Goodbye) -> None:
+        """This node's last heartbeat, carrying its goodbye."""
+        store.set(protocol.heartbeat_key(self.node_rank),
+                  protocol.Heartbeat(self._beat + 1, Goodbye(status).value).encode())
+
     def _goodbye_again(self, status: Goodbye) -> None:
         """The goodbye once more, over a fresh connection of its own (bounded like every
         call), closed after it."""
@@ -278,8 +280,7 @@ class Watchdog(threading.Thread):
         try:
             fresh = self._connect()
             if fresh is not None:
-                fresh.set(protocol.heartbeat_key(self.node_rank),
-                          protocol.Heartbeat(self._beat + 1, Goodbye(status).value).encode())
+                self._write_goodbye(fresh, status)
         except Exception:  # noqa: BLE001, S110 - the store is gone: nothing to tell then
             pass
         finally:
@@ -567,15 +568,13 @@ class Watchdog(threading.Thread):
         except (ValueError, TypeError, KeyError, AttributeError, IndexError):
             # not node 0's watch (something else wrote the key): no sign of node 0's life,
             # and named if node 0 is found lost while it lasts
-            self._bad_watch = raw.decode(errors="replace") if isinstance(raw, bytes) \
-                else str(raw)
             first = _FIRST_CONNECT_S if self._watch is None else 0.0
             if 0 not in self.goodbyes and now - self._watch_at >= self._limit + first:
                 return Event(EventKind.NODE_LOST, node_lost_line(
                     0, self.hosts.get(0, "?"), now - self._watch_at, store_host=True,
-                    bad=self._bad_watch, key=f"watch ({protocol.WATCH})"), node=0)
+                    bad=bytes(raw).decode(errors="replace"),
+                    key=f"watch ({protocol.WATCH})", kind="value"), node=0)
             return None
-        self._bad_watch = ""
         if self._watch is None or watch.beat != self._watch.beat:
             self._watch_at = now
         self._watch = watch
