@@ -21,6 +21,7 @@ key                                written by               payload
 ``meshrun/watch``                  node 0, every beat       :class:`Watch`
 ``meshrun/links``                  node 0, at start         :class:`Endpoint`
 ``meshrun/ended``                  each node, once          counter
+``meshrun/cause/<epoch>``          the first failed node    :class:`Cause` (first wins)
 ``meshrun/progress/<rank>``        each worker, <= 1/s      :class:`Progress`
 ``meshrun/stuck/<g>/<node>``       each node, probed        :class:`Probe`
 ``meshrun/hang_seen/<g>``          nodes 1..N-1, once       counter
@@ -128,6 +129,13 @@ def leave_key(attempt: int | str, phase: str) -> str:
     return f"{PREFIX}leave/{attempt}/{phase}"
 
 
+def cause_key(epoch: int) -> str:
+    """The job's first cause in membership epoch ``epoch`` (a :class:`Cause`): the first
+    node whose own rank failed of its own (not as a victim of another's failure) sets it;
+    the others lead their reports with it."""
+    return f"{PREFIX}cause/{epoch}"
+
+
 def nodecheck_host_key(node: int) -> str:
     """Under :func:`nodecheck_prefix`: node ``node``'s host name."""
     return f"host/{node}"
@@ -135,6 +143,39 @@ def nodecheck_host_key(node: int) -> str:
 
 def text(raw: bytes | str) -> str:
     return raw.decode(errors="replace") if isinstance(raw, bytes) else raw
+
+
+@dataclass(frozen=True)
+class Cause:
+    """A job's first cause (:func:`cause_key`): which rank on which node failed, how
+    ("exited with code 7", "was killed by SIGABRT") and its error line ("" when it left
+    none). JSON in the store."""
+
+    rank: int
+    node: int
+    host: str
+    how: str
+    line: str
+
+    def encode(self) -> str:
+        return json.dumps({"rank": self.rank, "node": self.node, "host": self.host[:200],
+                           "how": self.how[:100], "line": self.line[:300]})
+
+    @classmethod
+    def decode(cls, raw: bytes | str) -> Cause:
+        """Raises ValueError for a value that is not one (it names what it got)."""
+        try:
+            data = json.loads(text(raw))
+            return cls(int(data["rank"]), int(data["node"]), str(data["host"]),
+                       str(data["how"]), str(data["line"]))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"not a cause record: {text(raw)[:80]!r}") from exc
+
+    def lead(self, after: str) -> str:
+        """The line a node's report leads with; ``after``: what happened on that node."""
+        said = f": {self.line}" if self.line else ""
+        return (f"meshrun: the job failed because rank {self.rank} on node {self.node} "
+                f"({self.host}) {self.how}{said}; {after}")
 
 
 @dataclass(frozen=True)

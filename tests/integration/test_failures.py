@@ -218,6 +218,8 @@ def test_node_0_failing_stops_the_others_with_its_name_not_as_lost(tmp_path):
                    timeout=90)
     node1 = (tmp_path / "logs" / "r0" / "node1.log").read_text()
     assert "node 0 (" in node1 and "failed and ends the job: stopping node 1's workers" in node1
+    assert "meshrun: the job failed because rank 0 on node 0 (" in node1    # the cause first
+    assert "exited with code 7; this node's workers were stopped" in node1
     assert "is lost" not in node1 and "Traceback" not in node1
     assert "rank 0 on node 0" in done.stdout + done.stderr
     assert done.returncode == 7, done.stderr[-2000:]     # the failed worker's own code
@@ -232,6 +234,43 @@ def test_simulate_ends_naming_the_node_whose_rank_failed_first(tmp_path):
     last = done.stderr.strip().splitlines()[-1]
     assert done.returncode == 7, done.stderr[-2000:]
     assert last.startswith("meshrun: simulated node 1 exited with 7; rank 1 failed first"), last
+
+
+def test_every_nodes_console_leads_with_the_rank_that_failed_first(tmp_path):
+    """Rank 1 (node 1) raises ValueError; rank 0 (node 0) then fails in its barrier, a
+    victim. Node 0's console (the one people open first) leads with rank 1's error, and so
+    does its diagnosis (issue 23: before, node 0 said only that a gloo peer was gone)."""
+    done = meshrun("simulate", "--nodes", "2", "--nproc-per-node", "1", "--run-id", "lead",
+                   "--", str(SCRIPTS / "fail_on_rank.py"), "1", "raise", cwd=tmp_path,
+                   timeout=90)
+    assert done.returncode == 1, done.stderr[-3000:]
+    node0 = (tmp_path / "logs" / "lead" / "node0.log").read_text()
+    lead = ("meshrun: the job failed because rank 1 on node 1 (")
+    said = [line for line in node0.splitlines() if line.startswith(lead)]
+    assert len(said) == 1, node0[-3000:]
+    assert said[0].endswith("exited with code 1: ValueError: bad batch at step 10; this "
+                            "node's ranks failed after it") or said[0].endswith(
+        "exited with code 1: ValueError: bad batch at step 10; this node's workers were "
+        "stopped"), said[0]
+    assert node0.index(lead) < node0.index("meshrun: rank 0 on node 0 (") \
+        if "meshrun: rank 0 on node 0 (" in node0 else True
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("meshrun: simulated node 1 exited with 1; rank 1 failed first: "
+                           "ValueError: bad batch at step 10"), last
+
+
+def test_a_worker_killed_by_a_fatal_signal_leaves_its_python_stack(tmp_path):
+    """A native abort (gloo's ``terminate called without an active exception``, a segfault)
+    prints no traceback: the worker shim's faulthandler writes where in Python the rank was,
+    and the failure report points at it."""
+    done = meshrun("run", "--nproc-per-node", "1", "--run-id", "ab", "--",
+                   str(SCRIPTS / "abort_in_native.py"), cwd=tmp_path, timeout=60)
+    assert done.returncode == 128 + signal.SIGABRT, done.stderr[-2000:]
+    assert "rank 0 on node 0 (" in done.stderr and "was killed by SIGABRT" in done.stderr
+    stack = tmp_path / "logs" / "ab" / "stacks" / "rank0.txt"
+    assert "its Python stack when it died: logs/ab/stacks/rank0.txt" in done.stderr
+    text = stack.read_text()
+    assert "Fatal Python error: Aborted" in text and "in native_code_gives_up" in text, text
 
 
 def test_every_node_failing_ends_the_job_with_each_nodes_own_report(tmp_path):

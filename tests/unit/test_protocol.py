@@ -59,3 +59,17 @@ def test_the_architecture_doc_lists_every_key():
     documented = set(re.findall(r"`(meshrun/[^`]+)`", table))
     module = set(re.findall(r"``(meshrun/[^`]+)``", protocol.__doc__))
     assert module <= documented, sorted(module - documented)
+
+
+def test_a_cause_round_trips_and_a_bad_value_is_named():
+    cause = protocol.Cause(1, 1, "gpu-b", "exited with code 1", "ValueError: bad batch")
+    assert protocol.Cause.decode(cause.encode()) == cause
+    assert cause.lead("this node's workers were stopped") == (
+        "meshrun: the job failed because rank 1 on node 1 (gpu-b) exited with code 1: "
+        "ValueError: bad batch; this node's workers were stopped")
+    assert protocol.Cause(3, 2, "h", "was killed by SIGKILL", "").lead("x") == (
+        "meshrun: the job failed because rank 3 on node 2 (h) was killed by SIGKILL; x")
+    for bad in (b"\xff\xfe", b"{}", b'{"rank": "one", "node": 1, "host": "h", "how": "",'
+                b' "line": ""}', b"[1, 2]"):
+        with pytest.raises(ValueError, match="not a cause record"):
+            protocol.Cause.decode(bad)

@@ -336,6 +336,28 @@ def test_ended_counts_each_node_once_and_all_ended_needs_every_node():
     assert master.add("meshrun/ended", 0) == 2
 
 
+def test_the_first_node_to_offer_a_cause_keeps_it_and_a_bad_one_is_named(capsys):
+    """Nodes whose own rank failed offer their first cause; the first offer stays the job's
+    (a victim's node reads it, waiting a bounded time for it); a value there that is not a
+    cause is said by its key, never taken for one."""
+    from meshrun import protocol
+
+    master, (dog0, dog1), events = _job()
+    dog0.begin()
+    dog1.begin()
+    began = time.monotonic()
+    assert dog0.job_cause(wait=0.3) is None and time.monotonic() - began >= 0.3
+    first = protocol.Cause(1, 1, "h1", "exited with code 1", "ValueError: bad")
+    dog1.offer_cause(first)
+    dog0.offer_cause(protocol.Cause(0, 0, "h0", "exited with code 1", "RuntimeError: late"))
+    assert dog0.job_cause() == first and dog1.job_cause() == first
+    master.set(protocol.cause_key(0), "garbage")
+    assert dog0.job_cause() is None
+    assert "ignored meshrun/cause/0: not a cause record: 'garbage'" in capsys.readouterr().out
+    dog1.stop("failed")
+    dog0.stop("failed")
+
+
 def test_node_0_store_load_per_beat_grows_linearly():
     """Node 0's store serves two calls a beat per other node plus a constant: count them."""
     from meshrun.runtime import store as store_module

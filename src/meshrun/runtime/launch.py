@@ -31,9 +31,11 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from .. import protocol
 from ..diagnose.lines import reads_like_error
 from ..errors import EXIT_STARTUP, MeshrunError, StartupError
 from ..plan import LaunchPlan, describe, ranks_phrase
+from ..redact import redact_text
 from . import failures
 from .events import EventKind, Goodbye
 from .logs import RANK_PREFIX, LogRouter, worker_logs_spec
@@ -91,8 +93,10 @@ def run(plan: LaunchPlan, *, env: Mapping[str, str], max_restarts: int = 0,
         for moved in router.moved:
             say(f"kept an earlier run's log as {moved}")
         stopped = False
+        told: list[protocol.Cause] = []   # another node's first cause, when it ended the job
         try:
-            code = _launch(plan, max_restarts, preflight, require_paths, supervision, router)
+            code = _launch(plan, max_restarts, preflight, require_paths, supervision, router,
+                           told)
         except MeshrunError as err:
             print(err.line(), file=sys.stderr, flush=True)
             code = err.exit_code
@@ -110,7 +114,7 @@ def run(plan: LaunchPlan, *, env: Mapping[str, str], max_restarts: int = 0,
         scrub_raw(plan.log_dir, plan.node_rank)
         drop_empty_stacks(plan.log_dir, router.ranks_run())
         if code != 0 and not stopped:  # nothing to explain when the user or scheduler stopped it
-            _explain(plan, router.ranks_run())
+            _explain(plan, router.ranks_run(), told[0] if told else None)
         return code
     finally:
         router.close()
@@ -154,7 +158,8 @@ def _quiet_agent_lines() -> None:
 
 
 def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
-            require_paths: tuple[str, ...], supervision: Supervision, router: LogRouter) -> int:
+            require_paths: tuple[str, ...], supervision: Supervision, router: LogRouter,
+            told: list[protocol.Cause]) -> int:
     started = time.monotonic()
     _quiet_agent_cpp_warnings()
     job = open_store(plan)
@@ -218,12 +223,14 @@ def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
                     continue  # a spare took a lost node's seat: the next epoch
                 if event is not None:
                     status = Goodbye.STOPPED  # by the event: another node's cause, not this node's
+                    _lead_with_cause(dog, event, plan, told)
                     return report_event(event)
                 # Goodbye.FAILED: the others stop for it
-                return _report_failure(plan, failed, launched, ranks)
+                return _report_failure(plan, failed, launched, ranks, dog, told)
             except SignalException as exc:
                 status = Goodbye.STOPPED
                 if dog.event is not None:
+                    _lead_with_cause(dog, dog.event, plan, told)
                     return report_event(dog.event)
                 STOPPED_BY_SIGNAL.set()
                 print(f"meshrun: node {plan.node_rank} stopped by {exc.sigval.name}; its "
@@ -341,10 +348,11 @@ def _preflight(job: JobStore, plan: LaunchPlan, require_paths: tuple[str, ...], 
         f"({time.monotonic() - started:.2f} s)")
 
 
-def _explain(plan: LaunchPlan, ranks: tuple[int, ...]) -> None:
+def _explain(plan: LaunchPlan, ranks: tuple[int, ...], cause: protocol.Cause | None) -> None:
     """After a failure: meshrun diagnose over this node's logs, one sentence per cause
     (written to ``diagnosis.node<k>.json``; printed here unless the node is simulated:
-    ``meshrun simulate`` prints one diagnosis of the whole run instead of one per node)."""
+    ``meshrun simulate`` prints one diagnosis of the whole run instead of one per node).
+    ``cause``: another node's first cause, which ended the job: its diagnosis leads."""
     from ..reports.bundle import write_diagnosis
 
     sys.stdout.flush()
@@ -352,16 +360,47 @@ def _explain(plan: LaunchPlan, ranks: tuple[int, ...]) -> None:
     lines = write_diagnosis(plan, ranks)
     if plan.simulated_workers:
         return
+    if cause is not None:
+        lines = [_cause_diagnosis(cause), *lines]
     for line in lines:
         print(f"meshrun: diagnosis: {line}", file=sys.stderr, flush=True)
 
 
+def _lead_with_cause(dog: Any, event: Any, plan: LaunchPlan,
+                     told: list[protocol.Cause]) -> None:
+    """Another node's failure ended the job: this console leads with that node's first cause
+    (its rank, how it failed, its error line), as that node offered it in the store."""
+    if event.kind != EventKind.PEER_FAILED:
+        return
+    cause = dog.job_cause(wait=1.0)
+    if cause is not None and cause.node != plan.node_rank:
+        told.append(cause)
+        print(cause.lead("this node's workers were stopped"), file=sys.stderr, flush=True)
+
+
+def _cause_diagnosis(cause: protocol.Cause) -> str:
+    """The diagnosis of another node's first cause, from its error line."""
+    from ..diagnose import diagnose_text
+
+    who = f"rank {cause.rank} on node {cause.node} ({cause.host}), the first to fail"
+    found = diagnose_text(cause.line) if cause.line else []
+    if not found:
+        return f"{who}: {cause.how}" + (f": {cause.line}" if cause.line else "")
+    first = found[0]
+    return f"{who}: {first.summary or first.code} — {first.cause}; fix: {first.fix}"
+
+
 def _report_failure(plan: LaunchPlan, failed: Any, since: float,
-                    ranks: tuple[int, ...]) -> int:
+                    ranks: tuple[int, ...], dog: Any, told: list[protocol.Cause]) -> int:
     """One block naming the first cause among this node's failed ranks (runtime/failures.py:
     a rank whose error names a cause before a victim's, then the moment each failed), its
     exit, its first error line (never a line that does not read like an error) and the
-    others that failed."""
+    others that failed.
+
+    Across nodes: a node whose first failure is a cause of its own offers it as the job's
+    (:meth:`Watchdog.offer_cause`); a node whose ranks only saw a peer fail (victims) waits
+    a moment for that cause and leads with it: the console people open first (node 0's)
+    names the rank that failed first wherever it ran."""
     def line_of(rank: int, failure: Any) -> str:
         return _first_error_line(failure, plan, rank)
 
@@ -376,9 +415,18 @@ def _report_failure(plan: LaunchPlan, failed: Any, since: float,
     code = first.exit
     how = (f"was killed by {seen.signal_name()}" if code < 0 and seen is not None
            else f"exited with code {code}")
+    said = next((f for f in order if reads_like_error(f.line)), None)
+    if not first.victim:
+        line = redact_text(first.line) if reads_like_error(first.line) else ""
+        dog.offer_cause(protocol.Cause(first.rank, plan.node_rank, socket.gethostname(), how,
+                                       line[:300]))
+    else:
+        cause = dog.job_cause(wait=_CAUSE_WAIT_S)
+        if cause is not None and cause.node != plan.node_rank:
+            told.append(cause)
+            print(cause.lead("this node's ranks failed after it"), file=sys.stderr, flush=True)
     print(f"meshrun: rank {first.rank} on node {plan.node_rank} ({socket.gethostname()}) "
           f"{how}", file=sys.stderr, flush=True)
-    said = next((f for f in order if reads_like_error(f.line)), None)
     if said is not None:
         whose = f" (rank {said.rank})" if said.rank != first.rank else ""
         print(f"meshrun:   first error{whose}: {said.line[:300]}", file=sys.stderr, flush=True)
@@ -387,9 +435,27 @@ def _report_failure(plan: LaunchPlan, failed: Any, since: float,
         print(f"meshrun:   also failed: ranks {', '.join(map(str, others))}", file=sys.stderr)
     where = said.rank if said is not None else first.rank
     print(f"meshrun:   logs: {plan.log_dir}/rank{where}.log", file=sys.stderr, flush=True)
+    crash = _crash_stack(plan.log_dir, first.rank) if code < 0 else None
+    if crash:
+        print(f"meshrun:   its Python stack when it died: {crash}", file=sys.stderr, flush=True)
     if code < 0:
         return 128 + (-code)
     return code if code > 0 else 1
+
+
+_CAUSE_WAIT_S = 3.0  # a victim's node waits this long for the cause's node to offer it:
+# both reach their reports together (the last node's workers to end ends every node's wait)
+
+
+def _crash_stack(log_dir: str, rank: int) -> str | None:
+    """``stacks/rank<r>.txt`` when the worker shim's faulthandler wrote a fatal signal's
+    stack there (meshrun.worker.bootstrap), else None."""
+    path = os.path.join(log_dir, "stacks", f"rank{rank}.txt")
+    try:
+        with open(path, "rb") as handle:
+            return path if b"Fatal Python error" in handle.read(1 << 20) else None
+    except OSError:
+        return None
 
 
 def _first_error_line(failure: Any, plan: LaunchPlan, rank: int) -> str:

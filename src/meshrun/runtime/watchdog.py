@@ -94,7 +94,7 @@ from .events import (
 )
 from .judges import lost_nodes, progress_moved
 from .membership import Change, Membership, after_loss, after_return
-from .store import BoundedStore, CallTimeout, StoreConnect
+from .store import BoundedStore, CallTimeout, StoreConnect, say
 from .supervision import Supervision
 
 
@@ -871,6 +871,37 @@ class Watchdog(threading.Thread):
             last = now
             if self._halt.wait(_DUMP_POLL_S):
                 return  # stopping: nobody waits for the answer
+
+    # -- the job's first cause ---------------------------------------------------------------
+    def offer_cause(self, cause: protocol.Cause) -> None:
+        """Offer this node's first cause as the job's: the first node to offer one keeps it
+        (``compare_set`` on an absent key; one bounded call)."""
+        store = self._store
+        if store is None:
+            return
+        try:
+            store.compare_set(protocol.cause_key(self.members.epoch), "", cause.encode())
+        except Exception:  # noqa: BLE001, S110 - the store may be gone: each node says its own
+            pass
+
+    def job_cause(self, wait: float = 0.0, poll: float = 0.1) -> protocol.Cause | None:
+        """The job's first cause as some node offered it, waiting up to ``wait`` seconds for
+        one; None when none came (or the value is not one: said once, by its key)."""
+        key = protocol.cause_key(self.members.epoch)
+        deadline = time.monotonic() + wait
+        while True:
+            store = self._store
+            try:
+                if store is not None and store.check([key]):
+                    return protocol.Cause.decode(store.get(key))
+            except ValueError as exc:
+                say(f"ignored {key}: {exc}")
+                return None
+            except Exception:  # noqa: BLE001, S110 - the store may be gone: no cause then
+                return None
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(poll)
 
     # -- the end of the workers -------------------------------------------------------------
     def mark_ended(self) -> None:

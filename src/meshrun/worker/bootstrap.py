@@ -10,7 +10,8 @@ Two things happen first, neither importing torch:
    agent never leaves orphans holding GPUs and ports;
 2. ``faulthandler`` on SIGUSR1 writes every thread's Python stack to
    ``<MESHRUN_LOG_DIR>/stacks/rank<R>.txt``: the watchdog asks for it when the
-   job hangs.
+   job hangs. A fatal signal (an abort in C++, a segfault) writes the same there before
+   the process dies: where in Python it was when the native code gave up.
 
 With ``meshrun run --node-check`` the node check (:mod:`meshrun.worker.nodecheck`) runs
 next, on the first attempt. Then the observer's thread starts
@@ -49,7 +50,7 @@ def _die_with_parent() -> None:
         os._exit(128 + signal.SIGKILL)
 
 
-def _stacks_on_sigusr1() -> None:
+def _stacks_to_file() -> None:
     folder = os.environ.get("MESHRUN_LOG_DIR")
     rank = os.environ.get("RANK")
     if not folder or rank is None or not hasattr(signal, "SIGUSR1"):
@@ -60,6 +61,7 @@ def _stacks_on_sigusr1() -> None:
     except OSError:
         return
     faulthandler.register(signal.SIGUSR1, file=handle, all_threads=True)
+    faulthandler.enable(file=handle, all_threads=True)  # SIGABRT, SIGSEGV, SIGBUS, ...
     _KEEP.append(handle)  # faulthandler needs the file open for the process's life
 
 
@@ -82,7 +84,7 @@ def main() -> None:
         sys.exit("usage: python -m meshrun.worker.bootstrap (-- SCRIPT | -m MODULE) [ARGS...]")
     failure.clear()  # this rank's record of an earlier attempt is not this attempt's
     _die_with_parent()
-    _stacks_on_sigusr1()
+    _stacks_to_file()
     streams.tolerate()  # a full log disk drops output, never the training
     if os.environ.get("MESHRUN_NODE_CHECK") == "1":  # meshrun run --node-check
         from .nodecheck import before_script
