@@ -257,6 +257,11 @@ def test_every_nodes_console_leads_with_the_rank_that_failed_first(tmp_path):
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("meshrun: simulated node 1 exited with 1; rank 1 failed first: "
                            "ValueError: bad batch at step 10"), last
+    # the traceback starts at the script: none of the shim's or runpy's frames atop it
+    rank1 = (tmp_path / "logs" / "lead" / "rank1.log").read_text()
+    trace = rank1[rank1.index("Traceback (most recent call last):"):]
+    assert trace.splitlines()[1].startswith('  File "' + str(SCRIPTS / "fail_on_rank.py")), trace
+    assert "bootstrap.py" not in rank1 and "runpy" not in rank1, rank1
 
 
 def test_a_worker_killed_by_a_fatal_signal_leaves_its_python_stack(tmp_path):

@@ -219,6 +219,8 @@ BAD = [
      ["SLURM_NNODES", "SLURM_STEP_ID", "srun --ntasks-per-node=1"], "outside srun"),
     ("elastic-pet-nnodes-range", {"PET_NNODES": "1:4"}, Flags(), CPU_HOST,
      ["PET_NNODES", "--nnodes 4"], "is an elastic range"),
+    ("elastic-nnodes-flag-range", {}, Flags(nnodes="1:4"), CPU_HOST,    # one story for both
+     ["--nnodes '1:4'", "--nnodes 4", "--spares"], "is an elastic range"),
     ("inside-worker-local-rank", {"LOCAL_RANK": "0"}, Flags(), CPU_HOST, ["LOCAL_RANK"],
      "already a worker"),
     ("inside-worker-torchelastic-run-id", {"TORCHELASTIC_RUN_ID": "abc"}, Flags(), CPU_HOST,

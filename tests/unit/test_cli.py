@@ -290,3 +290,17 @@ def test_the_readme_gives_each_supervision_option_its_one_default():
         assert row, f"README has no row for {flag(name)}"
         assert float(row[1]) == meta["default"], (name, row[1], meta["default"])
         assert f"(default {meta['default']:g})" in " ".join(help_text.split()), name
+
+
+def test_simulate_gives_each_node_the_recipe_as_the_user_gave_it():
+    """`simulate --recipe NAME`: every node's `meshrun run` gets `--recipe NAME` (its banner
+    then says the recipe came from --recipe, not from a --set the user never wrote)."""
+    from meshrun.plan.model import Command
+    from meshrun.runtime.simulate import SimulateRequest, node_argv
+
+    wanted = SimulateRequest(nodes="2", node_flags=("--set", "train.steps=2"),
+                             recipe="autoencoder")
+    argv = node_argv(wanted, Command("meshrun.recipes.autoencoder", (), module=True),
+                     2, 1, 29500, "r", 2)
+    assert argv[-4:] == ["--set", "train.steps=2", "--recipe", "autoencoder"], argv
+    assert "recipe=autoencoder" not in argv and "meshrun.recipes.autoencoder" not in argv

@@ -27,6 +27,9 @@ def test_code_difference_names_the_node_and_the_field():
     assert summary(verdict) == "node 2 (c) differs from node 0 in: code"
     table = mismatch_table(verdict)
     assert "2 (c)" in table and "git abc + changes 9f" in table and "git abc" in table
+    header, row = table.splitlines()[:2]     # the differing node's value under "its value"
+    assert header.split() == ["node", "field", "its", "value", "node", "0's", "value"]
+    assert row.index("git abc + changes 9f") == header.index("its value"), table
 
 
 def test_package_difference_lists_the_packages():

@@ -33,13 +33,11 @@ def request(ctx: Context, *, max_restarts: int):
 
     a = ctx.args
     node_flags = options_argv(ctx.parser, a, NODE_OPTIONS)
-    if a.recipe:  # node agents get the recipe's module as their command, and its defaults
-        node_flags += ["--set", f"recipe={a.recipe}"]
     return SimulateRequest(nodes=a.nodes, nproc_per_node=a.nproc_per_node,
                            master_port=a.master_port, run_id=a.run_id, log_dir=a.log_dir,
                            join_timeout=a.join_timeout, spares=a.spares,
                            max_restarts=max_restarts,
-                           node_flags=tuple(node_flags))
+                           node_flags=tuple(node_flags), recipe=a.recipe or None)
 
 
 class SimulateVerb(Verb):

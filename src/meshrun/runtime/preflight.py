@@ -356,8 +356,9 @@ def _package_difference(theirs: Sequence[str], ours: Sequence[str]) -> tuple[str
 
 
 def mismatch_table(verdict: Verdict) -> str:
-    """The differences as an aligned table: field, node 0's value, the differing node's value."""
-    rows = [("node", "field", "this node", "node 0")]
+    """The differences as an aligned table: the differing node, the field, that node's value,
+    node 0's value (the same table on every node's console: no column means "this node")."""
+    rows = [("node", "field", "its value", "node 0's value")]
     for d in verdict.differences:
         host = verdict.hosts.get(d.node_rank, "?")
         rows.append((f"{d.node_rank} ({host})", MUST_MATCH.get(d.field, d.field), d.theirs,

@@ -57,6 +57,7 @@ class SimulateRequest:
     spares: str | None = None
     max_restarts: int = 0
     node_flags: tuple[str, ...] = ()
+    recipe: str | None = None   # --recipe: every node gets it as the user gave it
 
 
 def node_argv(request: SimulateRequest, cmd: Command, nodes: int, rank: int, port: int,
@@ -72,6 +73,8 @@ def node_argv(request: SimulateRequest, cmd: Command, nodes: int, rank: int, por
         if value is not None:
             argv += [flag, str(value)]
     argv += request.node_flags
+    if request.recipe:  # the node resolves the recipe's module itself, as `run` would
+        return argv + ["--recipe", request.recipe]
     if cmd.module:
         return argv + ["-m", cmd.target, *cmd.args]
     return argv + ["--", cmd.target, *cmd.args]

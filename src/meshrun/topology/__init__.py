@@ -39,7 +39,7 @@ from . import (
     volcano,
 )
 from .address import unbracket
-from .base import FIELDS, Claims, HostInfo, Sourced, parse_int
+from .base import FIELDS, Claims, HostInfo, Sourced, parse_int, parse_nnodes
 
 # Most specific first: the first detected one names the platform in the plan.
 DETECTORS = (
@@ -189,6 +189,8 @@ def detect(env: Mapping[str, str], flags: Flags = Flags(), host: HostInfo = Host
 def _parse(name: str, raw: str, label: str):
     if name == "master_port":
         return parse_int(raw, label, minimum=1, maximum=65535)
+    if name == "nnodes":
+        return parse_nnodes(raw, label, limit=_INT_FIELDS[name][1])
     if name in _INT_FIELDS:
         low, high = _INT_FIELDS[name]
         return parse_int(raw, label, minimum=low, limit=high)

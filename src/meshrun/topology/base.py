@@ -105,6 +105,27 @@ def parse_int(raw: str, name: str, *, minimum: int = 0, maximum: int | None = No
     return value
 
 
+def parse_nnodes(raw: str, name: str, *, limit: int = MAX_INT) -> int:
+    """A node count, from a flag or a variable: a whole number, or torchrun's ``MIN:MAX``
+    with MIN == MAX. A real range gets the one story meshrun tells about elastic jobs
+    wherever it is written (``--nnodes``, ``PET_NNODES``, ``MESHRUN_NNODES``)."""
+    text = str(raw).strip()
+    if ":" not in text:
+        return parse_int(text, name, minimum=1, limit=limit)
+    low, _, high = text.partition(":")
+    lo = parse_int(low, name, minimum=1, limit=limit)
+    hi = parse_int(high, name, minimum=1, limit=limit)
+    if lo == hi:
+        return hi
+    label = f"{name}={raw!r}" if not name.startswith("--") else f"{name} {raw!r}"
+    fixed = f"{name}={hi} (or pass --nnodes {hi})" if not name.startswith("--") \
+        else f"{name} {hi}"
+    raise UsageError(f"{label} is an elastic range; meshrun runs a fixed number of nodes "
+                     "and keeps training through a lost one with hot spares", subject=name,
+                     hint=f"set {fixed}, the nodes the platform starts (with --spares K, "
+                          "K of them wait as hot spares: docs/elastic.md)", code="elastic-range")
+
+
 def _example(name: str, minimum: int) -> str:
     lowered = name.lower()
     if "port" in lowered:

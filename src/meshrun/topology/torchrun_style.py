@@ -12,9 +12,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from ..errors import UsageError
 from .address import split_endpoint
-from .base import Claims, HostInfo, Sourced, parse_int, read_int
+from .base import Claims, HostInfo, Sourced, parse_int, parse_nnodes, read_int
 
 # The variables detect() reads (see meshrun.topology: every list of platform variables
 # is derived from these).
@@ -64,14 +63,4 @@ def _nnodes(env: Mapping[str, str]) -> Sourced | None:
     raw = env.get("PET_NNODES", "").strip()
     if not raw:
         return None
-    if ":" in raw:
-        low, _, high = raw.partition(":")
-        lo = parse_int(low, "PET_NNODES", minimum=1)
-        hi = parse_int(high, "PET_NNODES", minimum=1)
-        if lo != hi:
-            raise UsageError(f"PET_NNODES={raw!r} is an elastic range; meshrun runs a fixed "
-                             "number of nodes", subject="PET_NNODES",
-                             hint=f"set PET_NNODES={hi} (or pass --nnodes {hi})",
-                             code="elastic-range")
-        return Sourced(hi, "PET_NNODES")
-    return Sourced(parse_int(raw, "PET_NNODES", minimum=1), "PET_NNODES")
+    return Sourced(parse_nnodes(raw, "PET_NNODES"), "PET_NNODES")

@@ -19,8 +19,9 @@ next, on the first attempt. Then the observer's thread starts
 checks). Then ``runpy`` runs the target as ``__main__`` with ``sys.argv`` and
 ``sys.path[0]`` as ``python SCRIPT`` / ``python -m MODULE`` would set them. When it fails,
 the moment and its error line go to ``failures/rank<R>.json`` (:mod:`meshrun.worker.failure`:
-the node names the first cause from them, not torch's whole-second order). When it
-succeeds, what it left is collected and its process group destroyed before the
+the node names the first cause from them, not torch's whole-second order), and its
+traceback is printed from the script's own first frame (not this shim's and runpy's).
+When it succeeds, what it left is collected and its process group destroyed before the
 interpreter shuts down (see :func:`_tear_down`: otherwise a gloo thread can abort a
 successful run at exit).
 """
@@ -103,10 +104,27 @@ def main() -> None:
         if exc.code not in (None, 0):
             failure.record(failure.line_of(exc), failure.exit_code(exc))
             raise
-    except BaseException as exc:
+    except Exception as exc:
         failure.record(failure.line_of(exc), 1)  # when, to the microsecond: the first cause
+        shown = _script_frames(exc.__traceback__)
+        sys.excepthook(type(exc), exc.with_traceback(shown), shown)  # Python reads the former
+        sys.exit(1)  # what Python exits with for an uncaught exception
+    except BaseException as exc:  # KeyboardInterrupt and its kin: Python's own ending
+        failure.record(failure.line_of(exc), 1)
         raise
     _SUCCEEDED.append(True)
+
+
+def _script_frames(tb):
+    """The traceback from the script's first frame on: the frames of this shim and of
+    ``runpy`` that lead to it are meshrun's, not the user's (Python would print eight of
+    them atop every traceback). Frames of meshrun the script called stay."""
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename
+        if name != __file__ and name != "<frozen runpy>" and not name.endswith("runpy.py"):
+            break
+        tb = tb.tb_next
+    return tb
 
 
 _SUCCEEDED: list = []
