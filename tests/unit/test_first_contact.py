@@ -16,7 +16,7 @@ from unit_fakes import CPU_HOST
 
 from meshrun.diagnose import diagnose_text
 from meshrun.facts import HostFacts
-from meshrun.plan import describe, make_plan, rank_span, ranks_phrase, threads_for
+from meshrun.plan import brief, describe, make_plan, rank_span, ranks_phrase, threads_for
 from meshrun.render.spec import infer_gpus, render_platform, spec_from_flags
 from meshrun.runtime.logs import LogRouter, drop_empty_stacks, settle
 from meshrun.topology import Flags
@@ -117,6 +117,35 @@ def test_one_worker_is_one_rank_not_a_range():
     assert ranks_phrase((1,)) == "rank 1" and ranks_phrase((8, 9, 10)) == "ranks 8-10"
     assert rank_span((3,)) == "3"
     assert "global ranks       : 1 " in describe(make_plan({}, TWO, CPU_HOST))
+
+
+# --- the short banner ----------------------------------------------------------------------
+
+def test_the_short_banner_says_who_what_and_where_and_keeps_the_warnings():
+    """By default a node prints a few lines (the whole plan goes to its log): which node on
+    which host, its ranks, the command (redacted), the log folder, and every warning."""
+    plan = make_plan({}, TWO, HostFacts(hostname="gpu-b", cpus=8))
+    text = brief(plan, "logs/x/node1.log")
+    lines = text.splitlines()
+    assert lines[0].startswith("meshrun ") and ": node 1 of 2 on gpu-b (platform: " in lines[0]
+    assert "1 worker: rank 1 of 2, CPU, gloo; run id " in lines[0]
+    assert lines[-1].startswith("  logs    : ") and "logs/x/node1.log; --verbose" in lines[-1]
+    assert len(lines) == 2 + len(plan.warnings) + bool(plan.world_size_reading)  # no command
+    seeds = make_plan({"WORLD_SIZE": "2", "RANK": "1", "MASTER_ADDR": "10.0.0.1"}, Flags(),
+                      HostFacts(hostname="gpu-b", cpus=8))
+    assert "  reading : WORLD_SIZE read as nodes" in brief(seeds, "node1.log")
+    assert len(lines) < len(describe(plan).splitlines()) / 3
+
+
+def test_diagnose_learns_the_host_of_each_rank_from_the_short_banner():
+    """A console capture (kubectl logs, a SLURM output file) has only the short banner: the
+    ranks' host still comes from it."""
+    plan = make_plan({}, TWO, HostFacts(hostname="gpu-b", cpus=8))
+    console = brief(plan, "logs/x/node1.log") + "\n" + (
+        "[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "
+        "GPU 0 has a total capacity of 79.1 GiB of which 1.2 GiB is free.\n")
+    (found,) = [d for d in diagnose_text(console) if d.code == "cuda-oom"]
+    assert (found.rank, found.host) == (1, "gpu-b")
 
 
 # --- whole lines from torch's tailer ----------------------------------------------------------

@@ -79,6 +79,13 @@ def add_preflight_flags(parser: argparse.ArgumentParser) -> None:
                         help="preflight: PATH must exist on every node (repeatable)")
 
 
+def add_console_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--verbose", action="store_true",
+                        help="print the whole plan on the console (every value with its "
+                             "source, the workers' environment, the job config, notes); by "
+                             "default a short banner, and the whole plan in node<k>.log")
+
+
 def add_node_check_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--node-check", action="store_true",
                         help="before the script, every worker runs the node check (compute, "

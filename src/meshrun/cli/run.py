@@ -14,6 +14,7 @@ from ..runtime.checks import (
 from ..runtime.planning import job_input, plan_here
 from .base import Context, Verb
 from .options import (
+    add_console_flags,
     add_job_flags,
     add_node_check_flag,
     add_node_flags,
@@ -59,6 +60,7 @@ class RunVerb(Verb):
                             help=argparse.SUPPRESS)
         add_preflight_flags(parser)
         add_node_check_flag(parser)
+        add_console_flags(parser)
         add_job_flags(parser)
 
     def run(self, ctx: Context) -> int:
@@ -78,7 +80,7 @@ class RunVerb(Verb):
         check_log_dir(plan.log_dir)
         return run(plan, env=ctx.env, max_restarts=restarts(a, ctx.env),
                    preflight=not a.no_preflight, require_paths=tuple(a.require_path),
-                   supervision=supervision(a, ctx.env))
+                   supervision=supervision(a, ctx.env), verbose=a.verbose)
 
 
 VERB = RunVerb()

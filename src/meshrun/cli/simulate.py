@@ -12,6 +12,7 @@ from .base import Context, Verb
 from .options import (
     JOB_OPTIONS,
     add_bench_flags,
+    add_console_flags,
     add_job_flags,
     add_node_check_flag,
     add_node_flags,
@@ -22,7 +23,7 @@ from .options import (
 )
 
 # What every simulated node's `meshrun run` gets again, as the user gave it.
-NODE_OPTIONS = ("no_preflight", "require_path", "accelerate",
+NODE_OPTIONS = ("no_preflight", "require_path", "accelerate", "verbose",
                 *(name for name, _ in supervision_options()), "node_check", "deepspeed",
                 *JOB_OPTIONS)
 
@@ -51,6 +52,7 @@ class SimulateVerb(Verb):
         add_watch_flags(parser)
         add_preflight_flags(parser)
         add_node_check_flag(parser)
+        add_console_flags(parser)
         add_job_flags(parser)
         parser.add_argument("--bench", action="store_true",
                             help="run the collective benchmark (as `meshrun bench`) instead of "

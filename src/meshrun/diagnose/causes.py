@@ -30,6 +30,10 @@ MESHRUN_FIRST_ERROR = re.compile(r"meshrun:\s+first error: (?P<line>.+)$")
 BANNER_RANKS = re.compile(r"^\s*global ranks\s*:\s*(?P<first>\d+)(?:-(?P<last>\d+))?\s+"
                            r"\(on (?P<host>[^)\s]+)\)")
 BANNER_NODE = re.compile(r"^\s*node rank\s*:\s*(?P<node>\d+)\b")
+# the short banner's first line (meshrun.plan.describe.brief): node, host and ranks in one
+BANNER_BRIEF = re.compile(r"^meshrun \S+: node (?P<node>\d+) of \d+(?: \([^)]*\))? on (?P<host>\S+) "
+                          r"\(platform: "
+                          r".*?\), \d+ workers?: ranks? (?P<first>\d+)(?:-(?P<last>\d+))? of ")
 # "; fix: HINT" at the end of meshrun's error line, before its " [code]" (meshrun.errors)
 _HINT = re.compile(r"; fix: (?P<hint>.+?)(?: \[[a-z0-9]+(?:-[a-z0-9]+)*\])?$")
 

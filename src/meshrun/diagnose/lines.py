@@ -10,7 +10,14 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .causes import BANNER_NODE, BANNER_RANKS, MESHRUN_DETAIL, MESHRUN_FAILED, MESHRUN_FIRST_ERROR
+from .causes import (
+    BANNER_BRIEF,
+    BANNER_NODE,
+    BANNER_RANKS,
+    MESHRUN_DETAIL,
+    MESHRUN_FAILED,
+    MESHRUN_FIRST_ERROR,
+)
 from .records import WorkerFailure
 
 # --- reading lines ----------------------------------------------------------------------------
@@ -243,11 +250,12 @@ def learn_hosts(files: Sequence[File]) -> tuple[dict[int, str], dict[int, str], 
         node_of_file: int | None = f.node
         last_failed: int | None = None
         for line in f.lines:
-            if m := BANNER_NODE.match(line.body):
+            brief = BANNER_BRIEF.match(line.body)
+            if m := brief or BANNER_NODE.match(line.body):
                 node_of_file = int(m.group("node"))
             if line.node is None and node_of_file is not None:
                 line.node = node_of_file  # a node log without [node K] prefixes
-            if m := BANNER_RANKS.match(line.body):
+            if m := brief or BANNER_RANKS.match(line.body):
                 first = int(m.group("first"))
                 last = int(m.group("last") or first)
                 for r in range(first, last + 1):

@@ -9,7 +9,7 @@
 ``import meshrun.plan`` never imports torch.
 """
 
-from .describe import describe, rank_span, ranks_phrase
+from .describe import brief, describe, rank_span, ranks_phrase
 from .model import (
     DEFAULT_JOIN_TIMEOUT,
     DEFAULT_LOG_DIR,
@@ -23,5 +23,5 @@ from .model import (
 from .planner import make_plan, read_world_size, threads_for
 
 __all__ = ["DEFAULT_JOIN_TIMEOUT", "DEFAULT_LOG_DIR", "DEFAULT_MASTER_PORT", "RUN_ID", "Command",
-           "EnvVar", "JobInput", "LaunchPlan", "describe", "make_plan", "rank_span",
+           "EnvVar", "JobInput", "LaunchPlan", "brief", "describe", "make_plan", "rank_span",
            "ranks_phrase", "read_world_size", "threads_for"]

@@ -1,5 +1,6 @@
 """The plan as people read it: an aligned ``key : value`` block with where each value came
-from (``meshrun plan`` and every node's banner print it). Pure."""
+from (``meshrun plan`` prints it; every node writes it to its log, and prints it with
+``--verbose``), and the short banner a node prints by default (:func:`brief`). Pure."""
 
 from __future__ import annotations
 
@@ -76,3 +77,28 @@ def describe(plan: LaunchPlan) -> str:
         lines.append(f"  {'note'.ljust(width)} : {note}")
     return "\n".join(lines)
 
+
+
+def brief(plan: LaunchPlan, node_log: str) -> str:
+    """The banner a node prints by default: who it is in the job, what it runs, where its logs
+    go, and the plan's warnings (a few lines, not the whole plan: that is in ``node_log``)."""
+    ranks = rank_span(plan.global_ranks)
+    workers = f"{plan.nproc_per_node} worker{'s' if plan.nproc_per_node != 1 else ''}"
+    devices = f"{len(plan.visible_devices)} GPUs" if plan.device == "cuda" else "CPU"
+    place = (f"{workers}: {ranks_phrase(plan.global_ranks)} of {plan.world_size}" if ranks
+             else f"a spare ({workers} when it takes a lost node's seat)")
+    spares = (f" ({plan.seated_nodes} training, {plan.spares} spare"
+              f"{'s' if plan.spares != 1 else ''})" if plan.spares else "")
+    lines = [f"meshrun {plan.version}: node {plan.node_rank} of {plan.nnodes}{spares} on "
+             f"{plan.hostname} (platform: {plan.platform}), {place}, {devices}, "
+             f"{plan.backend}; run id {plan.run_id}"]
+    if plan.command:
+        from ..redact import redact_argv
+
+        lines.append(f"  command : {' '.join(redact_argv(plan.command.argv()))}")
+    lines.append(f"  logs    : {plan.log_dir} (the whole plan, each value's source, the "
+                 f"workers' environment: {node_log}; --verbose prints it here)")
+    if plan.world_size_reading:  # how an ambiguous WORLD_SIZE was read: always said
+        lines.append(f"  reading : {plan.world_size_reading}")
+    lines += [f"  warning : {warning}" for warning in plan.warnings]
+    return "\n".join(lines)

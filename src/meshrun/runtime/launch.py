@@ -34,7 +34,7 @@ from typing import Any
 from .. import protocol
 from ..diagnose.lines import reads_like_error
 from ..errors import EXIT_STARTUP, MeshrunError, StartupError
-from ..plan import LaunchPlan, describe, ranks_phrase
+from ..plan import LaunchPlan, brief, describe, ranks_phrase
 from ..redact import redact_text
 from . import failures
 from .events import EventKind, Goodbye
@@ -80,13 +80,19 @@ def _default_signals() -> None:
 
 def run(plan: LaunchPlan, *, env: Mapping[str, str], max_restarts: int = 0,
         preflight: bool = True,
-        require_paths: tuple[str, ...] = (), supervision: Supervision = Supervision()) -> int:
-    """Launch this node's workers; return the exit code for the meshrun process."""
+        require_paths: tuple[str, ...] = (), supervision: Supervision = Supervision(),
+        verbose: bool = False) -> int:
+    """Launch this node's workers; return the exit code for the meshrun process. The console
+    gets the short banner (``verbose``: the whole plan); the node log always the whole plan."""
     assert plan.command is not None
     router = LogRouter(plan.log_dir, plan.node_rank, plan.global_ranks)
     router.install()
     try:
-        print(describe(plan), flush=True)
+        if verbose:
+            print(describe(plan), flush=True)
+        else:
+            router.log_only(describe(plan))
+            print(brief(plan, router.node_log_path), flush=True)
         from ..reports.bundle import write_start
 
         write_start(plan, env)

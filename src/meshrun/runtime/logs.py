@@ -205,6 +205,13 @@ class LogRouter:
         except OSError as exc:
             self._give_up(exc)
 
+    def log_only(self, text: str) -> None:
+        """``text`` into the node log, not on the console (the whole plan, when the console
+        gets the short banner); redacted like every line."""
+        with self.lock:
+            for line in text.splitlines():
+                self.route(redact_text(line))
+
     def _give_up(self, exc: OSError) -> None:
         """The log folder cannot be written (a full disk, a lost mount): say so once on the
         console and write nothing more there; training goes on. The workers' output reaches
