@@ -159,12 +159,17 @@ def test_plan_flags_beat_meshrun_variables_and_cuda_visible_devices_is_honoured(
      ["MESHRUN_HANG_TIMEOUT='soon'"]),
     (["run", "--log-dir", "/proc/nope", "--", "tests/integration/scripts/report.py"], {},
      ["the log folder /proc/nope/", "--log-dir"]),
+    (["run", "--show-ranks", "0-x", "--", "tests/integration/scripts/report.py"], {},
+     ["--show-ranks '0-x' is not a list of ranks"]),
+    (["simulate", "--nodes", "2", "--show-ranks", "3-1", "--",
+      "tests/integration/scripts/report.py"], {}, ["--show-ranks '3-1' is not a list"]),
 ], ids=["bad-port-flag", "rank-above-world-size", "missing-gpu", "too-many-processes",
         "slurm-batch-outside-srun", "unknown-flag", "unknown-command", "run-without-command",
         "run-inside-worker", "run-dash-m-without-module", "missing-script",
         "missing-script-without-dashes", "script-is-a-folder", "missing-module",
         "simulate-missing-script", "bad-peak-flops", "recipe-model-refused-before-launch",
-        "node-timeout-too-short", "hang-timeout-not-a-number", "log-dir-not-writable"])
+        "node-timeout-too-short", "hang-timeout-not-a-number", "log-dir-not-writable",
+        "show-ranks-not-ranks", "simulate-show-ranks-backwards"])
 def test_bad_input_through_the_cli(gpu_bin, args, extra, names):
     assert_one_error_line(meshrun_cli(*args, env=neutral_env(gpu_bin, **extra)), *names)
 

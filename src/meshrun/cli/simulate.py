@@ -23,7 +23,7 @@ from .options import (
 )
 
 # What every simulated node's `meshrun run` gets again, as the user gave it.
-NODE_OPTIONS = ("no_preflight", "require_path", "accelerate", "verbose",
+NODE_OPTIONS = ("no_preflight", "require_path", "accelerate", "verbose", "show_ranks",
                 *(name for name, _ in supervision_options()), "node_check", "deepspeed",
                 *JOB_OPTIONS)
 
@@ -74,6 +74,10 @@ class SimulateVerb(Verb):
         cmd = ctx.require(cmd, self.name)
         check_command(cmd)
         check_worker_env(ctx.env)
+        if a.show_ranks is not None:  # each node reads it again; a bad one stops nothing late
+            from ..topology.base import parse_ranks
+
+            parse_ranks(a.show_ranks, "--show-ranks")
         if a.checkpoint_dir:  # one from --config or --set: each node's `run` checks it
             check_checkpoint_path(a.checkpoint_dir, "--checkpoint-dir")
         return simulate(ctx.env, cmd, request(ctx, max_restarts=restarts(a, ctx.env)), job=job)

@@ -81,11 +81,13 @@ def _default_signals() -> None:
 def run(plan: LaunchPlan, *, env: Mapping[str, str], max_restarts: int = 0,
         preflight: bool = True,
         require_paths: tuple[str, ...] = (), supervision: Supervision = Supervision(),
-        verbose: bool = False) -> int:
+        verbose: bool = False, shown: tuple[tuple[int, int], ...] | None = None) -> int:
     """Launch this node's workers; return the exit code for the meshrun process. The console
-    gets the short banner (``verbose``: the whole plan); the node log always the whole plan."""
+    gets the short banner (``verbose``: the whole plan); the node log always the whole plan.
+    ``shown``: the global ranks whose output reaches the console (None: all; the logs get
+    every rank's)."""
     assert plan.command is not None
-    router = LogRouter(plan.log_dir, plan.node_rank, plan.global_ranks)
+    router = LogRouter(plan.log_dir, plan.node_rank, plan.global_ranks, shown=shown)
     router.install()
     try:
         if verbose:
@@ -217,9 +219,12 @@ def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
             failures.Stopping.reset()
             try:
                 with agent_running():  # the watchdog may SIGTERM this process only inside
-                    launch_agent(_agent_config(plan, job, max_restarts), sys.executable,
-                                 ["-u", "-m", "meshrun.worker.bootstrap", *target,
-                                  *plan.command.args])
+                    try:
+                        launch_agent(_agent_config(plan, job, max_restarts, router),
+                                     sys.executable, ["-u", "-m", "meshrun.worker.bootstrap",
+                                                      *target, *plan.command.args])
+                    finally:
+                        router.drain_workers()  # their last lines before meshrun's report
                 status = Goodbye.DONE
                 break
             except ChildFailedError as failed:
@@ -263,7 +268,8 @@ def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
     return 0
 
 
-def _agent_config(plan: LaunchPlan, job: JobStore, max_restarts: int) -> Any:
+def _agent_config(plan: LaunchPlan, job: JobStore, max_restarts: int,
+                  router: LogRouter) -> Any:
     """torchrun's launch config for this node's agent: meshrun's rendezvous
     (:mod:`meshrun.runtime.rendezvous`), one agent per membership epoch (``--max-restarts``
     counts within an epoch: a spare's take-over starts the count again)."""
@@ -276,7 +282,7 @@ def _agent_config(plan: LaunchPlan, job: JobStore, max_restarts: int) -> Any:
         rdzv_backend=RDZV_BACKEND, rdzv_configs={"join_timeout": plan.join_timeout},
         max_restarts=max_restarts, monitor_interval=0.1, start_method="spawn",
         log_line_prefix_template=RANK_PREFIX,
-        logs_specs=worker_logs_spec(plan.log_dir, plan.node_rank),
+        logs_specs=worker_logs_spec(plan.log_dir, plan.node_rank, router),
     )
 
 

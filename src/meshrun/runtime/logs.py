@@ -22,6 +22,7 @@ import time
 from typing import Any, TextIO
 
 from ..redact import redact_text
+from ..topology.base import in_spans
 
 RANK_PREFIX = "[rank${rank}]: "
 _RANK_LINE = re.compile(r"^\[rank(\d+)\]: ?(.*)$", re.S)
@@ -113,13 +114,15 @@ class _Tee(io.TextIOBase):
         now = time.monotonic()
         when, shown = self._echoed.get(rank, (0.0, ""))
         state = settle(held)
-        if state and state != shown and now - when >= _PROGRESS_EVERY:
+        if state and state != shown and now - when >= _PROGRESS_EVERY \
+                and self._router.shows(rank):
             self._console.write(redact_text(f"[rank{rank}]: {state}") + "\n")
             self._echoed[rank] = (now, state)
 
     def _emit(self, rank: int, line: str) -> None:
         whole = redact_text(_DOUBLE_PREFIX.sub(r"\1", f"[rank{rank}]: {settle(line)}"))
-        self._console.write(whole + "\n")
+        if self._router.shows(rank):
+            self._console.write(whole + "\n")
         self._router.route(whole)
 
     def finish(self) -> None:
@@ -148,11 +151,81 @@ class _Tee(io.TextIOBase):
         return getattr(self._console, "encoding", "utf-8")
 
 
+class WorkerTail(threading.Thread):
+    """Every worker's redirect files (torch's agent writes them under ``raw/``), read as bytes
+    as they grow and handed on as ``[rankN]: `` + text chunks to this process's stdout or
+    stderr (the node's :class:`_Tee`), which joins them into whole lines.
+
+    torch's own tailer reads them with ``readline`` in text mode, whose universal newlines
+    turn a progress bar's ``\r`` into a line end: every redraw of a tqdm bar became a line
+    of its own on the console and in the rank's log. Read as bytes, a redraw stays a
+    redraw, and the rank log keeps only the bar's last state."""
+
+    _INTERVAL = 0.1     # seconds between looks at the files (torch's tailer: the same)
+    _CHUNK = 1 << 20    # bytes read from one file per look (10 MB/s a file, at most)
+
+    def __init__(self) -> None:
+        super().__init__(name="meshrun-tail", daemon=True)
+        self._files: list[dict[str, Any]] = []
+        self._lock = threading.Lock()     # one reader at a time (this thread, or a drain)
+        self._done = threading.Event()   # (not _stop: Thread has a method of that name)
+
+    def add(self, path: str, rank: int, stream: str) -> None:
+        """Tail ``path`` (it may not exist yet) as rank ``rank``'s ``stream`` ("stdout" or
+        "stderr")."""
+        import codecs
+
+        with self._lock:
+            self._files.append({"path": path, "rank": rank, "stream": stream, "fd": None,
+                                "decoder": codecs.getincrementaldecoder("utf-8")("replace")})
+
+    def run(self) -> None:
+        while not self._done.wait(self._INTERVAL):
+            self.drain(limit=self._CHUNK)
+
+    def drain(self, limit: int | None = None) -> None:
+        """Hand on what every file holds now (``limit``: at most that many bytes of each)."""
+        with self._lock:
+            for tail in self._files:
+                self._read(tail, limit)
+
+    def _read(self, tail: dict[str, Any], limit: int | None) -> None:
+        if tail["fd"] is None:
+            try:
+                tail["fd"] = os.open(tail["path"], os.O_RDONLY)
+            except OSError:
+                return   # not written yet
+        while True:
+            try:
+                data = os.read(tail["fd"], limit or self._CHUNK)
+            except OSError:
+                return
+            text = tail["decoder"].decode(data, final=False)
+            if text:
+                getattr(sys, tail["stream"]).write(f"[rank{tail['rank']}]: {text}")
+            if not data or limit is not None:
+                return
+
+    def stop(self) -> None:
+        """Stop looking, and hand on what is left."""
+        self._done.set()
+        if self.is_alive() and threading.current_thread() is not self:
+            self.join(timeout=5)
+        self.drain()
+        with self._lock:
+            for tail in self._files:
+                if tail["fd"] is not None:
+                    os.close(tail["fd"])
+                    tail["fd"] = None
+
+
 class LogRouter:
     """Owns the node log and the per-rank logs of one node; installs itself on sys.std*."""
 
-    def __init__(self, run_dir: str, node_rank: int, ranks: tuple[int, ...]) -> None:
+    def __init__(self, run_dir: str, node_rank: int, ranks: tuple[int, ...],
+                 shown: tuple[tuple[int, int], ...] | None = None) -> None:
         os.makedirs(run_dir, exist_ok=True)
+        self.shown = shown   # the global ranks whose output reaches the console (None: all)
         self.run_dir = run_dir
         self.lock = threading.RLock()
         self.node_log_path = os.path.join(run_dir, f"node{node_rank}.log")
@@ -166,6 +239,11 @@ class LogRouter:
         self._headed: set[int] = set()
         self._saved: tuple[Any, Any] | None = None
         self.lost: str | None = None          # why the log folder cannot be written, once
+        self._tail: WorkerTail | None = None  # the workers' redirect files (see WorkerTail)
+
+    def shows(self, rank: int) -> bool:
+        """Rank ``rank``'s output goes to the console (``--show-ranks``)."""
+        return self.shown is None or in_spans(rank, self.shown)
 
     def rank_log_path(self, rank: int) -> str:
         return os.path.join(self.run_dir, f"rank{rank}.log")
@@ -204,6 +282,21 @@ class LogRouter:
                 handle.write(match.group(2) + "\n")
         except OSError as exc:
             self._give_up(exc)
+
+    def tail(self, path: str, rank: int, stream: str) -> None:
+        """Pass on a worker's redirect file as it grows (its lines reach the console and
+        the logs through this router's streams)."""
+        with self.lock:
+            if self._tail is None:
+                self._tail = WorkerTail()
+                self._tail.start()
+        self._tail.add(path, rank, stream)
+
+    def drain_workers(self) -> None:
+        """Everything the workers wrote so far, passed on now (their workers just ended: their
+        last lines come before meshrun's report of how they ended)."""
+        if self._tail is not None:
+            self._tail.drain()
 
     def log_only(self, text: str) -> None:
         """``text`` into the node log, not on the console (the whole plan, when the console
@@ -244,6 +337,8 @@ class LogRouter:
         sys.stderr = _Tee(sys.stderr, self)  # type: ignore[assignment]
 
     def close(self) -> None:
+        if self._tail is not None:
+            self._tail.stop()
         with self.lock:
             if self._saved is not None:
                 for stream in (sys.stdout, sys.stderr):
@@ -260,8 +355,9 @@ class LogRouter:
                     pass
 
 
-def worker_logs_spec(run_dir: str, node_rank: int):
-    """A torch ``LogsSpecs`` that redirects and tees every worker under ``raw/``."""
+def worker_logs_spec(run_dir: str, node_rank: int, router: LogRouter):
+    """A torch ``LogsSpecs`` that redirects every worker under ``raw/``; ``router`` tails the
+    files (:class:`WorkerTail`: torch's own tee would split a progress bar's redraws)."""
     from torch.distributed.elastic.multiprocessing.api import LogsDest, LogsSpecs, Std
 
     session = os.path.join(run_dir, "raw", f"node{node_rank}-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -285,9 +381,11 @@ def worker_logs_spec(run_dir: str, node_rank: int):
                 out["stderrs"][local_rank] = base + ".stderr"
                 out["errors"][local_rank] = base + ".error.json"
                 env["TORCHELASTIC_ERROR_FILE"] = base + ".error.json"
+                rank = int(env.get("RANK", local_rank))
+                router.tail(base + ".stdout", rank, "stdout")
+                router.tail(base + ".stderr", rank, "stderr")
             return LogsDest(stdouts=out["stdouts"], stderrs=out["stderrs"],
-                            tee_stdouts=dict(out["stdouts"]), tee_stderrs=dict(out["stderrs"]),
-                            error_files=out["errors"])
+                            tee_stdouts={}, tee_stderrs={}, error_files=out["errors"])
 
     return _WorkerLogs()
 

@@ -105,6 +105,29 @@ def parse_int(raw: str, name: str, *, minimum: int = 0, maximum: int | None = No
     return value
 
 
+def parse_ranks(raw: str, name: str) -> tuple[tuple[int, int], ...]:
+    """Global ranks as a person writes them: ``0``, ``0,8``, ``0-7,16``, as (first, last)
+    spans; one clear line for anything else."""
+    spans = []
+    for part in str(raw).split(","):
+        low, dash, high = part.strip().partition("-")
+        try:
+            first = int(low, 10) if len(low) <= 12 else -1
+            last = (int(high, 10) if len(high) <= 12 else -1) if dash else first
+        except ValueError:
+            first, last = -1, -2
+        if first < 0 or last < first or last > MAX_INT:
+            raise UsageError(f"{name} {raw!r} is not a list of ranks", subject=name,
+                             hint=f"give global ranks like {name} 0 or {name} 0,8 or "
+                                  f"{name} 0-7", code="bad-ranks")
+        spans.append((first, last))
+    return tuple(spans)
+
+
+def in_spans(rank: int, spans: tuple[tuple[int, int], ...]) -> bool:
+    return any(first <= rank <= last for first, last in spans)
+
+
 def parse_nnodes(raw: str, name: str, *, limit: int = MAX_INT) -> int:
     """A node count, from a flag or a variable: a whole number, or torchrun's ``MIN:MAX``
     with MIN == MAX. A real range gets the one story meshrun tells about elastic jobs
