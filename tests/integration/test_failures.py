@@ -246,7 +246,8 @@ def test_every_nodes_console_leads_with_the_rank_that_failed_first(tmp_path):
     assert done.returncode == 1, done.stderr[-3000:]
     node0 = (tmp_path / "logs" / "lead" / "node0.log").read_text()
     lead = ("meshrun: the job failed because rank 1 on node 1 (")
-    said = [line for line in node0.splitlines() if line.startswith(lead)]
+    said = [line.split(" ", 1)[1] for line in node0.splitlines()   # after the line's time
+            if line.split(" ", 1)[-1].startswith(lead)]
     assert len(said) == 1, node0[-3000:]
     assert said[0].endswith("exited with code 1: ValueError: bad batch at step 10; this "
                             "node's ranks failed after it") or said[0].endswith(

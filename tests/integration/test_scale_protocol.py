@@ -43,7 +43,9 @@ def test_store_protocol_at_16_and_64_nodes(tmp_path):
         # in N (every node reading every heartbeat would be N x N: 256 and 4096 a beat)
         own = row["formula_ops_per_beat"] - 2 * (nodes - 1)
         assert 2 <= own <= 4, why
-        assert row["node0_calls_per_beat"] == pytest.approx(own, abs=0.5), why
+        # a beat under way at an end of the window (about 6 s: 5 beats on a loaded machine)
+        # counts its calls but not itself: up to own / 5 more (4.6 seen in one CI run)
+        assert row["node0_calls_per_beat"] == pytest.approx(own, abs=1.0), why
         assert row["member_calls_per_beat_max"] <= 2.5, why
         assert row["ops_per_beat"] == pytest.approx(row["formula_ops_per_beat"], rel=0.15), why
         ratio = row["store_ops_per_s"] / row["formula_ops_per_s"]

@@ -192,6 +192,36 @@ def test_partial_worker_lines_are_joined_and_prefixed_once(tmp_path):
     assert "[rank0]: step 1 of 2" in (tmp_path / "node0.log").read_text()
 
 
+def test_meshruns_own_lines_carry_the_time_in_the_node_log_and_with_timestamps_on_the_console(
+        tmp_path):
+    """The node log stamps meshrun's own lines (UTC, RFC 3339), never a worker's; the
+    console only with --timestamps; diagnose reads the stamped log as before."""
+    stamped = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z ")
+    for timestamps in (False, True):
+        folder = tmp_path / str(timestamps)
+        router = LogRouter(str(folder), 0, (0, 1), timestamps=timestamps)
+        console = io.StringIO()
+        saved = sys.stdout
+        router.install()
+        tee, sys.stdout = sys.stdout, saved
+        tee._console = console
+        try:
+            tee.write("meshrun: rank 0 on node 0 (gpu-a) exited with code 1\n")
+            tee.write("[rank0]: RuntimeError: CUDA error: out of memory\n")
+        finally:
+            tee.finish()
+            router.close()
+        own, worker = (folder / "node0.log").read_text().splitlines()
+        assert stamped.match(own) and own.endswith("meshrun: rank 0 on node 0 (gpu-a) exited "
+                                                   "with code 1"), own
+        assert worker == "[rank0]: RuntimeError: CUDA error: out of memory"
+        shown = console.getvalue().splitlines()
+        assert bool(stamped.match(shown[0])) is timestamps and not stamped.match(shown[1])
+        assert (folder / "rank0.log").read_text() == "RuntimeError: CUDA error: out of memory\n"
+        (found,) = diagnose_text((folder / "node0.log").read_text())
+        assert (found.code, found.rank, found.host) == ("cuda-oom", 0, "gpu-a")
+
+
 def test_a_worker_line_never_lands_inside_meshruns_own(tmp_path):
     """print() writes its text and its newline separately: a worker's line arriving between
     them goes to the worker's log, whole, not into meshrun's line."""

@@ -84,6 +84,9 @@ def add_console_flags(parser: argparse.ArgumentParser) -> None:
                         help="print the whole plan on the console (every value with its "
                              "source, the workers' environment, the job config, notes); by "
                              "default a short banner, and the whole plan in node<k>.log")
+    parser.add_argument("--timestamps", action="store_true",
+                        help="put the time (UTC, RFC 3339) before meshrun's own console lines; "
+                             "node<k>.log always has it")
     parser.add_argument("--show-ranks", metavar="RANKS", default=None,
                         help="only these global ranks' output on the console (0, 0,8, 0-7); "
                              "every rank's output still goes to the logs (like torchrun's "

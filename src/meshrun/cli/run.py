@@ -82,7 +82,8 @@ class RunVerb(Verb):
         shown = parse_ranks(a.show_ranks, "--show-ranks") if a.show_ranks is not None else None
         return run(plan, env=ctx.env, max_restarts=restarts(a, ctx.env),
                    preflight=not a.no_preflight, require_paths=tuple(a.require_path),
-                   supervision=supervision(a, ctx.env), verbose=a.verbose, shown=shown)
+                   supervision=supervision(a, ctx.env), verbose=a.verbose, shown=shown,
+                   timestamps=a.timestamps)
 
 
 VERB = RunVerb()

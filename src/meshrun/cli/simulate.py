@@ -23,7 +23,7 @@ from .options import (
 )
 
 # What every simulated node's `meshrun run` gets again, as the user gave it.
-NODE_OPTIONS = ("no_preflight", "require_path", "accelerate", "verbose", "show_ranks",
+NODE_OPTIONS = ("no_preflight", "require_path", "accelerate", "verbose", "show_ranks", "timestamps",
                 *(name for name, _ in supervision_options()), "node_check", "deepspeed",
                 *JOB_OPTIONS)
 

@@ -27,6 +27,8 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _PREFIX = re.compile(r"\[(?:node (?P<node>\d+)\] |rank(?P<rank>\d+)\]: ?|\d+,(?P<mpi>\d+)\]"
                      r"<std(?:out|err)>: ?|(?!rank\d)[A-Za-z][A-Za-z_]*?(?P<local>\d+)\]: ?)")
 _NCCL_PREFIX = re.compile(r"^(?P<host>[A-Za-z0-9][\w.\-]*):\d+:\d+ \[\d+\] ")
+# a time before the line: meshrun's own lines in node<k>.log, `kubectl logs --timestamps`
+_STAMP = re.compile(r"^\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)? ")
 _FILE_RANK = re.compile(r"(?:^|[^a-z])rank(\d+)(?:\D|$)", re.IGNORECASE)
 _FILE_NODE = re.compile(r"(?:^|[^a-z])node(\d+)(?:\D|$)", re.IGNORECASE)
 
@@ -49,6 +51,8 @@ class Line:
 def peel(raw: str) -> tuple[str, int | None, int | None, str | None, int | None]:
     """(text, rank, local_rank, host, node) of a line with its prefixes removed."""
     body = _ANSI.sub("", raw) if "\x1b" in raw else raw
+    if body[:1].isdigit() and (m := _STAMP.match(body)):
+        body = body[m.end():]
     rank = local = node = None
     host = None
     while body.startswith("[") and (m := _PREFIX.match(body)):

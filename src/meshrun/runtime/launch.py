@@ -81,13 +81,16 @@ def _default_signals() -> None:
 def run(plan: LaunchPlan, *, env: Mapping[str, str], max_restarts: int = 0,
         preflight: bool = True,
         require_paths: tuple[str, ...] = (), supervision: Supervision = Supervision(),
-        verbose: bool = False, shown: tuple[tuple[int, int], ...] | None = None) -> int:
+        verbose: bool = False, shown: tuple[tuple[int, int], ...] | None = None,
+        timestamps: bool = False) -> int:
     """Launch this node's workers; return the exit code for the meshrun process. The console
     gets the short banner (``verbose``: the whole plan); the node log always the whole plan.
     ``shown``: the global ranks whose output reaches the console (None: all; the logs get
-    every rank's)."""
+    every rank's). ``timestamps``: meshrun's own console lines carry the time (its lines in
+    the node log always do)."""
     assert plan.command is not None
-    router = LogRouter(plan.log_dir, plan.node_rank, plan.global_ranks, shown=shown)
+    router = LogRouter(plan.log_dir, plan.node_rank, plan.global_ranks, shown=shown,
+                       timestamps=timestamps)
     router.install()
     try:
         if verbose:

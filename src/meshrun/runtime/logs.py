@@ -48,6 +48,14 @@ _MAX_PARTIAL = 64 * 1024  # a worker's unfinished line held back at most this lo
 _PROGRESS_EVERY = 1.0     # seconds between console echoes of one rank's redrawn progress line
 
 
+def stamp(now: float | None = None) -> str:
+    """The time put before meshrun's own lines in the node log (and, with ``--timestamps``,
+    on the console): UTC, to the millisecond, as RFC 3339 (``kubectl logs --timestamps``
+    writes the same shape), so that nodes in other time zones line up."""
+    now = time.time() if now is None else now
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}Z"
+
+
 def settle(line: str) -> str:
     """What a terminal finally shows of ``line``: the text after its last carriage return
     (progress bars redraw themselves with ``\r``); a trailing ``\r`` (CRLF) is dropped."""
@@ -90,8 +98,10 @@ class _Tee(io.TextIOBase):
             *lines, self._pending = self._pending.split("\n")
             for line in lines:
                 line = redact_text(_DOUBLE_PREFIX.sub(r"\1", line))  # no secret shown or kept
-                self._console.write(line + "\n")
-                self._router.route(line)
+                when = stamp()
+                shown = f"{when} {line}" if self._router.timestamps and line else line
+                self._console.write(shown + "\n")
+                self._router.route(line, when=when)
 
     def _worker_chunk(self, rank: int, body: str) -> None:
         held = self._partial.pop(rank, "") + body
@@ -133,7 +143,7 @@ class _Tee(io.TextIOBase):
             if self._pending:
                 line = redact_text(self._pending)
                 self._console.write(line)
-                self._router.route(line)
+                self._router.route(line, when=stamp())
                 self._pending = ""
 
     def flush(self) -> None:
@@ -223,9 +233,11 @@ class LogRouter:
     """Owns the node log and the per-rank logs of one node; installs itself on sys.std*."""
 
     def __init__(self, run_dir: str, node_rank: int, ranks: tuple[int, ...],
-                 shown: tuple[tuple[int, int], ...] | None = None) -> None:
+                 shown: tuple[tuple[int, int], ...] | None = None,
+                 timestamps: bool = False) -> None:
         os.makedirs(run_dir, exist_ok=True)
         self.shown = shown   # the global ranks whose output reaches the console (None: all)
+        self.timestamps = timestamps  # meshrun's own console lines carry the time too
         self.run_dir = run_dir
         self.lock = threading.RLock()
         self.node_log_path = os.path.join(run_dir, f"node{node_rank}.log")
@@ -264,11 +276,13 @@ class LogRouter:
         with self.lock:
             return tuple(sorted(self._ran))
 
-    def route(self, line: str) -> None:
+    def route(self, line: str, when: str | None = None) -> None:
+        """One line into the node log (and a worker's into its rank log); ``when``: the
+        stamp of one of meshrun's own lines (a worker's lines are the script's, unchanged)."""
         if self._node.closed or self.lost is not None:  # closed: a late writer (a torch
             return                                      # thread's logger) after close()
         try:
-            self._node.write(line + "\n")
+            self._node.write(f"{when} {line}\n" if when and line else line + "\n")
             match = _RANK_LINE.match(line)
             if match:
                 rank = int(match.group(1))
@@ -302,8 +316,9 @@ class LogRouter:
         """``text`` into the node log, not on the console (the whole plan, when the console
         gets the short banner); redacted like every line."""
         with self.lock:
+            when = stamp()
             for line in text.splitlines():
-                self.route(redact_text(line))
+                self.route(redact_text(line), when=when)
 
     def _give_up(self, exc: OSError) -> None:
         """The log folder cannot be written (a full disk, a lost mount): say so once on the
