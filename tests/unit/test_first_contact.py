@@ -222,6 +222,48 @@ def test_meshruns_own_lines_carry_the_time_in_the_node_log_and_with_timestamps_o
         assert (found.code, found.rank, found.host) == ("cuda-oom", 0, "gpu-a")
 
 
+def test_a_bar_redrawn_for_hours_is_held_as_its_latest_state(tmp_path):
+    """Redraws without a newline pile up: only the latest is held, so a bar running for
+    hours never spills a 64 KB line into the logs; its last state is what the log keeps."""
+    router, tee, console = _router(tmp_path)
+    try:
+        for i in range(20000):                       # about 300 KB of redraws
+            tee.write(f"[rank0]: \r{i % 100:3d}%|####| {i}/20000")
+        tee.write("[rank0]: \n")
+    finally:
+        tee.finish()
+        router.close()
+    assert (tmp_path / "rank0.log").read_text() == " 99%|####| 19999/20000\n"
+    assert len(console.getvalue().splitlines()) <= 3   # at most one echo a second
+
+
+def test_the_tail_survives_a_console_that_refuses_a_write(tmp_path, monkeypatch):
+    """A closed pipe or an encoding the console cannot take: the tail says so once and goes
+    on; handing on the last lines never raises into the launcher (it would replace the
+    run's outcome)."""
+    from meshrun.runtime.logs import WorkerTail
+
+    class Refusing:
+        def write(self, text):
+            raise UnicodeEncodeError("latin-1", text, 0, 1, "cannot encode")
+
+    out = tmp_path / "rank0.stdout"
+    out.write_text("\u2588 one\n")
+    tail = WorkerTail()
+    tail.add(str(out), 0, "stdout")
+    said = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", Refusing())
+    monkeypatch.setattr(sys, "__stderr__", said)
+    tail.drain()
+    with out.open("a") as handle:
+        handle.write("two\n")
+    tail.drain()
+    tail.finished()                                  # no exception, files let go
+    assert said.getvalue().count("meshrun: warning: the workers' output could not be "
+                                 "shown (UnicodeEncodeError") == 1, said.getvalue()
+    assert tail._files == []
+
+
 def test_a_worker_line_never_lands_inside_meshruns_own(tmp_path):
     """print() writes its text and its newline separately: a worker's line arriving between
     them goes to the worker's log, whole, not into meshrun's line."""
@@ -372,3 +414,22 @@ def test_a_rank_log_continued_in_a_new_membership_epoch_says_so_and_the_seat_cou
         "resumed at step 25", "step 26"]
     assert (tmp_path / "rank3.log").read_text().splitlines()[0].startswith(
         "--- meshrun: membership epoch 1:")
+
+
+def test_simulate_relays_a_nodes_lines_with_the_time_first_when_asked(capsys):
+    """`simulate --timestamps` stamps what it relays (the nodes do not: node 1's banner is
+    left out by how its lines begin, which a stamp would change)."""
+    import threading
+    from types import SimpleNamespace
+
+    from meshrun.runtime.simulate import _relay
+
+    lines = ("meshrun 0.1.0: node 1 of 2 on h (platform: manual), 1 worker: rank 1 of 2\n"
+             "  command : train.py\nmeshrun: all 2 nodes joined\n[rank1]: hello\n")
+    for timestamps in (False, True):
+        _relay(SimpleNamespace(stdout=io.StringIO(lines)), 1, threading.Lock(), timestamps)
+        shown = capsys.readouterr().out.splitlines()
+        assert [line.split("Z ", 1)[-1] for line in shown] == [
+            "[node 1] meshrun: all 2 nodes joined", "[rank1]: hello"], shown
+        assert bool(re.match(r"\d{4}-\d\d-\d\dT[\d:.]+Z \[node 1\] ", shown[0])) is timestamps
+        assert shown[1] == "[rank1]: hello"

@@ -23,7 +23,7 @@ from .options import (
 )
 
 # What every simulated node's `meshrun run` gets again, as the user gave it.
-NODE_OPTIONS = ("no_preflight", "require_path", "accelerate", "verbose", "show_ranks", "timestamps",
+NODE_OPTIONS = ("no_preflight", "require_path", "accelerate", "verbose", "show_ranks",
                 *(name for name, _ in supervision_options()), "node_check", "deepspeed",
                 *JOB_OPTIONS)
 
@@ -38,7 +38,8 @@ def request(ctx: Context, *, max_restarts: int):
                            master_port=a.master_port, run_id=a.run_id, log_dir=a.log_dir,
                            join_timeout=a.join_timeout, spares=a.spares,
                            max_restarts=max_restarts,
-                           node_flags=tuple(node_flags), recipe=a.recipe or None)
+                           node_flags=tuple(node_flags), recipe=a.recipe or None,
+                           timestamps=a.timestamps)
 
 
 class SimulateVerb(Verb):

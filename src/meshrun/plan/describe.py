@@ -78,13 +78,13 @@ def describe(plan: LaunchPlan) -> str:
     return "\n".join(lines)
 
 
-
 def brief(plan: LaunchPlan, node_log: str) -> str:
     """The banner a node prints by default: who it is in the job, what it runs, where its logs
     go, and the plan's warnings (a few lines, not the whole plan: that is in ``node_log``)."""
     ranks = rank_span(plan.global_ranks)
     workers = f"{plan.nproc_per_node} worker{'s' if plan.nproc_per_node != 1 else ''}"
-    devices = f"{len(plan.visible_devices)} GPUs" if plan.device == "cuda" else "CPU"
+    gpus = len(plan.visible_devices)
+    devices = f"{gpus} GPU{'s' if gpus != 1 else ''}" if plan.device == "cuda" else "CPU"
     place = (f"{workers}: {ranks_phrase(plan.global_ranks)} of {plan.world_size}" if ranks
              else f"a spare ({workers} when it takes a lost node's seat)")
     spares = (f" ({plan.seated_nodes} training, {plan.spares} spare"

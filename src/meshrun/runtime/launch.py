@@ -38,7 +38,7 @@ from ..plan import LaunchPlan, brief, describe, ranks_phrase
 from ..redact import redact_text
 from . import failures
 from .events import EventKind, Goodbye
-from .logs import RANK_PREFIX, LogRouter, worker_logs_spec
+from .logs import LogRouter, worker_logs_spec
 from .rendezvous import RDZV_BACKEND, Rounds, register_backend
 from .store import JobStore, join, open_store, say, store_errors
 from .supervise import (
@@ -284,7 +284,6 @@ def _agent_config(plan: LaunchPlan, job: JobStore, max_restarts: int,
         run_id=plan.run_id, role="worker", rdzv_endpoint=f"{plan.master_addr}:{job.port}",
         rdzv_backend=RDZV_BACKEND, rdzv_configs={"join_timeout": plan.join_timeout},
         max_restarts=max_restarts, monitor_interval=0.1, start_method="spawn",
-        log_line_prefix_template=RANK_PREFIX,
         logs_specs=worker_logs_spec(plan.log_dir, plan.node_rank, router),
     )
 
@@ -415,7 +414,9 @@ def _report_failure(plan: LaunchPlan, failed: Any, since: float,
     Across nodes: a node whose first failure is a cause of its own offers it as the job's
     (:meth:`Watchdog.offer_cause`); a node whose ranks only saw a peer fail (victims) waits
     a moment for that cause and leads with it: the console people open first (node 0's)
-    names the rank that failed first wherever it ran."""
+    names the rank whose own failure ended the job wherever it ran (the first node to offer
+    one: a failure of its own, not a victim's, comes before the victims' by cause and
+    effect; two independent failures at once are told apart by who reported first)."""
     def line_of(rank: int, failure: Any) -> str:
         return _first_error_line(failure, plan, rank)
 
@@ -435,7 +436,7 @@ def _report_failure(plan: LaunchPlan, failed: Any, since: float,
         line = redact_text(first.line) if reads_like_error(first.line) else ""
         dog.offer_cause(protocol.Cause(first.rank, plan.node_rank, socket.gethostname(), how,
                                        line[:300]))
-    else:
+    elif plan.seated_nodes > 1:
         cause = dog.job_cause(wait=_CAUSE_WAIT_S)
         if cause is not None and cause.node != plan.node_rank:
             told.append(cause)
@@ -450,7 +451,7 @@ def _report_failure(plan: LaunchPlan, failed: Any, since: float,
         print(f"meshrun:   also failed: ranks {', '.join(map(str, others))}", file=sys.stderr)
     where = said.rank if said is not None else first.rank
     print(f"meshrun:   logs: {plan.log_dir}/rank{where}.log", file=sys.stderr, flush=True)
-    crash = _crash_stack(plan.log_dir, first.rank) if code < 0 else None
+    crash = _crash_stack(plan.log_dir, first.rank, since) if code < 0 else None
     if crash:
         print(f"meshrun:   its Python stack when it died: {crash}", file=sys.stderr, flush=True)
     if code < 0:
@@ -462,13 +463,17 @@ _CAUSE_WAIT_S = 3.0  # a victim's node waits this long for the cause's node to o
 # both reach their reports together (the last node's workers to end ends every node's wait)
 
 
-def _crash_stack(log_dir: str, rank: int) -> str | None:
+def _crash_stack(log_dir: str, rank: int, since: float) -> str | None:
     """``stacks/rank<r>.txt`` when the worker shim's faulthandler wrote a fatal signal's
-    stack there (meshrun.worker.bootstrap), else None."""
+    stack there (meshrun.worker.bootstrap) since ``since`` (the file is appended to, across
+    attempts and reruns: its last 1 MB is read), else None."""
     path = os.path.join(log_dir, "stacks", f"rank{rank}.txt")
     try:
+        if os.path.getmtime(path) < since:
+            return None
         with open(path, "rb") as handle:
-            return path if b"Fatal Python error" in handle.read(1 << 20) else None
+            handle.seek(max(0, os.path.getsize(path) - (1 << 20)))
+            return path if b"Fatal Python error" in handle.read() else None
     except OSError:
         return None
 

@@ -24,7 +24,6 @@ from typing import Any, TextIO
 from ..redact import redact_text
 from ..topology.base import in_spans
 
-RANK_PREFIX = "[rank${rank}]: "
 _RANK_LINE = re.compile(r"^\[rank(\d+)\]: ?(.*)$", re.S)
 # torch prefixes a worker's own traceback lines with "[rankN]:" too; say it once.
 _DOUBLE_PREFIX = re.compile(r"^(\[rank(\d+)\]: )\[rank\2\]: ?", re.M)
@@ -85,7 +84,7 @@ class _Tee(io.TextIOBase):
 
     def write(self, text: str) -> int:
         with self._router.lock:
-            found = _CHUNK_HEADER.match(text)  # only torch's tailer writes "[rankN]: " first
+            found = _CHUNK_HEADER.match(text)  # only WorkerTail writes "[rankN]: " first
             if found:
                 self._worker_chunk(int(found.group(1)), text[found.end():])
             else:
@@ -105,6 +104,8 @@ class _Tee(io.TextIOBase):
 
     def _worker_chunk(self, rank: int, body: str) -> None:
         held = self._partial.pop(rank, "") + body
+        if "\n" not in held and (redraw := held.rfind("\r", 0, len(held) - 1)) > 0:
+            held = held[redraw:]  # a bar redrawn for hours: only its latest state is kept
         if "\n" not in held and len(held) < _MAX_PARTIAL:
             self._partial[rank] = held
             if "\r" in held:
@@ -141,9 +142,9 @@ class _Tee(io.TextIOBase):
             for rank in sorted(self._partial):
                 self._emit(rank, self._partial.pop(rank))
             if self._pending:
-                line = redact_text(self._pending)
-                self._console.write(line)
-                self._router.route(line, when=stamp())
+                line, when = redact_text(self._pending), stamp()
+                self._console.write(f"{when} {line}" if self._router.timestamps else line)
+                self._router.route(line, when=when)
                 self._pending = ""
 
     def flush(self) -> None:
@@ -179,6 +180,7 @@ class WorkerTail(threading.Thread):
         self._files: list[dict[str, Any]] = []
         self._lock = threading.Lock()     # one reader at a time (this thread, or a drain)
         self._done = threading.Event()   # (not _stop: Thread has a method of that name)
+        self._failed = False             # a write failed (said once)
 
     def add(self, path: str, rank: int, stream: str) -> None:
         """Tail ``path`` (it may not exist yet) as rank ``rank``'s ``stream`` ("stdout" or
@@ -191,7 +193,10 @@ class WorkerTail(threading.Thread):
 
     def run(self) -> None:
         while not self._done.wait(self._INTERVAL):
-            self.drain(limit=self._CHUNK)
+            try:
+                self.drain(limit=self._CHUNK)
+            except Exception as exc:  # noqa: BLE001 - keep tailing whatever one look met
+                self._said(exc)
 
     def drain(self, limit: int | None = None) -> None:
         """Hand on what every file holds now (``limit``: at most that many bytes of each)."""
@@ -210,23 +215,46 @@ class WorkerTail(threading.Thread):
                 data = os.read(tail["fd"], limit or self._CHUNK)
             except OSError:
                 return
-            text = tail["decoder"].decode(data, final=False)
-            if text:
-                getattr(sys, tail["stream"]).write(f"[rank{tail['rank']}]: {text}")
+            self._hand_on(tail, tail["decoder"].decode(data, final=False))
             if not data or limit is not None:
                 return
+
+    def _hand_on(self, tail: dict[str, Any], text: str) -> None:
+        if text:
+            try:
+                getattr(sys, tail["stream"]).write(f"[rank{tail['rank']}]: {text}")
+            except Exception as exc:  # noqa: BLE001 - a console that cannot take it (a
+                self._said(exc)       # closed pipe, an encoding): the run goes on
+
+    def _said(self, exc: Exception) -> None:
+        """A write of the workers' output failed: said once, on the original stderr."""
+        if self._failed:
+            return
+        self._failed = True
+        try:
+            sys.__stderr__.write(f"meshrun: warning: the workers' output could not be shown "
+                                 f"({type(exc).__name__}: {exc}); it is still in raw/ of the "
+                                 "log folder\n")
+        except Exception:  # noqa: BLE001, S110 - nowhere left to say it
+            pass
+
+    def finished(self) -> None:
+        """The workers of every file added so far have ended: hand on the rest, then close
+        the files and forget them (a restart's or a new epoch's files come with ``add``)."""
+        with self._lock:
+            for tail in self._files:
+                self._read(tail, None)
+                self._hand_on(tail, tail["decoder"].decode(b"", final=True))  # a cut character
+                if tail["fd"] is not None:
+                    os.close(tail["fd"])
+            self._files = []
 
     def stop(self) -> None:
         """Stop looking, and hand on what is left."""
         self._done.set()
         if self.is_alive() and threading.current_thread() is not self:
             self.join(timeout=5)
-        self.drain()
-        with self._lock:
-            for tail in self._files:
-                if tail["fd"] is not None:
-                    os.close(tail["fd"])
-                    tail["fd"] = None
+        self.finished()
 
 
 class LogRouter:
@@ -307,10 +335,14 @@ class LogRouter:
         self._tail.add(path, rank, stream)
 
     def drain_workers(self) -> None:
-        """Everything the workers wrote so far, passed on now (their workers just ended: their
-        last lines come before meshrun's report of how they ended)."""
-        if self._tail is not None:
-            self._tail.drain()
+        """The workers of this agent ended: everything they wrote, passed on now (their last
+        lines come before meshrun's report of how they ended), and their files let go (the
+        raw files are scrubbed later: nothing may read them again). Never raises."""
+        try:
+            if self._tail is not None:
+                self._tail.finished()
+        except Exception:  # noqa: BLE001, S110 - the outcome matters more than the last lines
+            pass
 
     def log_only(self, text: str) -> None:
         """``text`` into the node log, not on the console (the whole plan, when the console
@@ -379,7 +411,7 @@ def worker_logs_spec(run_dir: str, node_rank: int, router: LogRouter):
 
     class _WorkerLogs(LogsSpecs):
         def __init__(self) -> None:
-            super().__init__(log_dir=session, redirects=Std.ALL, tee=Std.ALL)
+            super().__init__(log_dir=session, redirects=Std.ALL, tee=Std.NONE)  # WorkerTail
 
         @property
         def root_log_dir(self) -> str:

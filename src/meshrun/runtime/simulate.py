@@ -58,6 +58,7 @@ class SimulateRequest:
     max_restarts: int = 0
     node_flags: tuple[str, ...] = ()
     recipe: str | None = None   # --recipe: every node gets it as the user gave it
+    timestamps: bool = False    # --timestamps: the relay stamps each node's meshrun lines
 
 
 def node_argv(request: SimulateRequest, cmd: Command, nodes: int, rank: int, port: int,
@@ -113,7 +114,8 @@ def simulate(env: Mapping[str, str], cmd: Command, request: SimulateRequest, *,
                               preexec_fn=_term_with_parent)
              for rank in range(nodes)]
     lock = threading.Lock()
-    relays = [threading.Thread(target=_relay, args=(p, rank, lock), daemon=True)
+    relays = [threading.Thread(target=_relay, args=(p, rank, lock, request.timestamps),
+                               daemon=True)
               for rank, p in enumerate(procs)]
     for thread in relays:
         thread.start()
@@ -185,7 +187,12 @@ def _term_with_parent() -> None:
         pass
 
 
-def _relay(proc: subprocess.Popen, rank: int, lock: threading.Lock) -> None:
+def _relay(proc: subprocess.Popen, rank: int, lock: threading.Lock,
+           timestamps: bool = False) -> None:
+    """One node's console on this one, its meshrun lines marked ``[node k]`` (with
+    ``timestamps``: the time first, as a node's own ``--timestamps`` would put it)."""
+    from .logs import stamp
+
     assert proc.stdout is not None
     banner = rank > 0  # node 0 shows the banner; every node's log keeps its own
     for line in proc.stdout:
@@ -194,6 +201,8 @@ def _relay(proc: subprocess.Popen, rank: int, lock: threading.Lock) -> None:
         if banner or (rank > 0 and line.startswith("  ")):
             continue
         text = line if line.startswith("[rank") else f"[node {rank}] {line}"
+        if timestamps and not line.startswith("[rank"):
+            text = f"{stamp()} {text}"
         with lock:
             sys.stdout.write(text)
             sys.stdout.flush()

@@ -62,7 +62,8 @@ def _stacks_to_file() -> None:
     except OSError:
         return
     faulthandler.register(signal.SIGUSR1, file=handle, all_threads=True)
-    faulthandler.enable(file=handle, all_threads=True)  # SIGABRT, SIGSEGV, SIGBUS, ...
+    if not faulthandler.is_enabled():  # the user's own (PYTHONFAULTHANDLER) stays theirs
+        faulthandler.enable(file=handle, all_threads=True)  # SIGABRT, SIGSEGV, SIGBUS, ...
     _KEEP.append(handle)  # faulthandler needs the file open for the process's life
 
 
