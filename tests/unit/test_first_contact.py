@@ -433,3 +433,21 @@ def test_simulate_relays_a_nodes_lines_with_the_time_first_when_asked(capsys):
             "[node 1] meshrun: all 2 nodes joined", "[rank1]: hello"], shown
         assert bool(re.match(r"\d{4}-\d\d-\d\dT[\d:.]+Z \[node 1\] ", shown[0])) is timestamps
         assert shown[1] == "[rank1]: hello"
+
+
+def test_a_restart_torch_does_not_count_gets_files_of_its_own(tmp_path):
+    """torch's agent restarts workers for a membership change without counting it: the same
+    TORCHELASTIC_RESTART_COUNT again. Its workers get new files (the old ones rewritten
+    would be tailed twice: a REPORT line came twice in one CI run)."""
+    from meshrun.runtime.logs import worker_logs_spec
+
+    tailed: list[str] = []
+    router = type("Router", (), {"tail": lambda self, path, rank, stream: tailed.append(path)})()
+    spec = worker_logs_spec(str(tmp_path), 0, router)
+    envs = {0: {"RANK": "0", "TORCHELASTIC_RESTART_COUNT": "0"}}
+    first = spec.reify(envs).stdouts[0]
+    again = spec.reify({0: {"RANK": "0", "TORCHELASTIC_RESTART_COUNT": "0"}}).stdouts[0]
+    counted = spec.reify({0: {"RANK": "0", "TORCHELASTIC_RESTART_COUNT": "1"}}).stdouts[0]
+    assert first.endswith("attempt0/rank0.stdout") and again.endswith("attempt0-2/rank0.stdout")
+    assert counted.endswith("attempt1/rank0.stdout")
+    assert len(tailed) == len(set(tailed)) == 6

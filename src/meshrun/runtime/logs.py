@@ -4,7 +4,8 @@
   progress, the workers' output with ``[rank<r>]:`` prefixes, the outcome.
 * ``rank<r>.log``: one worker's stdout and stderr, interleaved as they came.
 * ``raw/node<k>-<time>/attempt<n>/rank<r>.{stdout,stderr,error.json}``: the
-  elastic agent's own redirect files and error reports, per restart attempt.
+  elastic agent's own redirect files and error reports, per restart attempt
+  (``attempt<n>-2``, ...: a restart torch does not count, for a membership change).
 
 Nothing is overwritten: a file left by an earlier run with the same run id is
 renamed to ``<name>.<its mtime>.log`` first. Each node touches only its own
@@ -188,6 +189,8 @@ class WorkerTail(threading.Thread):
         import codecs
 
         with self._lock:
+            if any(tail["path"] == path for tail in self._files):
+                return  # read once: a second reader would hand its lines on twice
             self._files.append({"path": path, "rank": rank, "stream": stream, "fd": None,
                                 "decoder": codecs.getincrementaldecoder("utf-8")("replace")})
 
@@ -420,7 +423,14 @@ def worker_logs_spec(run_dir: str, node_rank: int, router: LogRouter):
         def reify(self, envs: dict[int, dict[str, str]]) -> Any:
             attempt = envs[0].get("TORCHELASTIC_RESTART_COUNT", "0") if envs else "0"
             folder = os.path.join(session, f"attempt{attempt}")
-            os.makedirs(folder, exist_ok=True)
+            again = 1
+            while os.path.exists(folder):
+                # a restart torch does not count (a membership change) keeps the count: its
+                # workers get files of their own, never the last ones rewritten (which the
+                # tail had read: their output would come twice, or be cut)
+                again += 1
+                folder = os.path.join(session, f"attempt{attempt}-{again}")
+            os.makedirs(folder)
             out: dict[str, dict[int, str]] = {k: {} for k in ("stdouts", "stderrs", "errors")}
             for local_rank, env in envs.items():
                 base = os.path.join(folder, f"rank{env.get('RANK', local_rank)}")
