@@ -14,8 +14,11 @@ import pytest
 
 from meshrun import protocol
 
+# torch first, as in a training script: the writer's thread then connects at once instead of
+# importing torch itself (seconds under the whole suite's load, past the script's end: the
+# newest step never reached the store in one CI run)
 SCRIPT = textwrap.dedent("""
-    import time, meshrun
+    import time, torch.distributed, meshrun
     started = time.perf_counter()
     slowest = 0.0
     for step in range(1, 2001):
