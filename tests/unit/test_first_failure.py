@@ -155,3 +155,17 @@ def test_a_missing_line_reads_as_none_and_the_tolerant_streams_copy():
     stream = Tolerant(io.StringIO())
     stream.write("x")
     assert copy.copy(stream) is not None and stream.getvalue() == "x"
+
+
+def test_another_nodes_cause_is_diagnosed_in_diagnoses_own_sentence():
+    """A node stopped for another node's failure leads its diagnosis with that cause: the
+    catalog's sentence for its error line, with its rank and host; else how it ended."""
+    from meshrun import protocol
+    from meshrun.runtime.launch import _cause_diagnosis
+
+    oom = protocol.Cause(1, 1, "gpu-b", "exited with code 1", "torch.OutOfMemoryError: CUDA "
+                         "out of memory. Tried to allocate 2.00 GiB.")
+    assert _cause_diagnosis(oom).startswith("first failure: rank 1 on gpu-b: CUDA out of "
+                                            "memory — ")
+    killed = protocol.Cause(3, 2, "gpu-c", "was killed by SIGKILL", "")
+    assert _cause_diagnosis(killed) == "first failure: rank 3 on gpu-c: was killed by SIGKILL"

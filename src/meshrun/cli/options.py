@@ -93,6 +93,13 @@ def add_console_flags(parser: argparse.ArgumentParser) -> None:
                              "--local-ranks-filter, by global rank)")
 
 
+def shown_ranks(args: argparse.Namespace) -> tuple[tuple[int, int], ...] | None:
+    """``--show-ranks`` as rank spans (None: every rank); a bad value is one line, exit 2."""
+    from ..topology.base import parse_ranks
+
+    return None if args.show_ranks is None else parse_ranks(args.show_ranks, "--show-ranks")
+
+
 def add_node_check_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--node-check", action="store_true",
                         help="before the script, every worker runs the node check (compute, "

@@ -22,6 +22,7 @@ from .options import (
     add_watch_flags,
     flags_from,
     restarts,
+    shown_ranks,
     supervision,
 )
 
@@ -65,7 +66,6 @@ class RunVerb(Verb):
 
     def run(self, ctx: Context) -> int:
         from ..runtime.launch import run
-        from ..topology.base import parse_ranks
 
         a = ctx.args
         job, cmd = job_input(ctx.command(), recipe=a.recipe, config=a.config, sets=a.set,
@@ -79,7 +79,7 @@ class RunVerb(Verb):
         check_worker_env(ctx.env)
         check_checkpoint_dir(plan)
         check_log_dir(plan.log_dir)
-        shown = parse_ranks(a.show_ranks, "--show-ranks") if a.show_ranks is not None else None
+        shown = shown_ranks(a)
         return run(plan, env=ctx.env, max_restarts=restarts(a, ctx.env),
                    preflight=not a.no_preflight, require_paths=tuple(a.require_path),
                    supervision=supervision(a, ctx.env), verbose=a.verbose, shown=shown,

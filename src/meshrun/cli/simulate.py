@@ -20,6 +20,7 @@ from .options import (
     add_watch_flags,
     options_argv,
     restarts,
+    shown_ranks,
 )
 
 # What every simulated node's `meshrun run` gets again, as the user gave it.
@@ -75,10 +76,7 @@ class SimulateVerb(Verb):
         cmd = ctx.require(cmd, self.name)
         check_command(cmd)
         check_worker_env(ctx.env)
-        if a.show_ranks is not None:  # each node reads it again; a bad one stops nothing late
-            from ..topology.base import parse_ranks
-
-            parse_ranks(a.show_ranks, "--show-ranks")
+        shown_ranks(a)  # each node reads it again: a bad one must stop before any starts
         if a.checkpoint_dir:  # one from --config or --set: each node's `run` checks it
             check_checkpoint_path(a.checkpoint_dir, "--checkpoint-dir")
         return simulate(ctx.env, cmd, request(ctx, max_restarts=restarts(a, ctx.env)), job=job)

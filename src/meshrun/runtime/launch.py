@@ -393,15 +393,17 @@ def _lead_with_cause(dog: Any, event: Any, plan: LaunchPlan,
 
 
 def _cause_diagnosis(cause: protocol.Cause) -> str:
-    """The diagnosis of another node's first cause, from its error line."""
-    from ..diagnose import diagnose_text
+    """The diagnosis of another node's first cause, from its error line, in diagnose's own
+    sentence (``render_text``), said to be the first failure."""
+    from dataclasses import replace
 
-    who = f"rank {cause.rank} on node {cause.node} ({cause.host}), the first to fail"
+    from ..diagnose import diagnose_text, render_text
+
     found = diagnose_text(cause.line) if cause.line else []
     if not found:
-        return f"{who}: {cause.how}" + (f": {cause.line}" if cause.line else "")
-    first = found[0]
-    return f"{who}: {first.summary or first.code} — {first.cause}; fix: {first.fix}"
+        said = f": {cause.line}" if cause.line else ""
+        return f"first failure: rank {cause.rank} on {cause.host}: {cause.how}{said}"
+    return f"first failure: {render_text([replace(found[0], rank=cause.rank, host=cause.host)])}"
 
 
 def _report_failure(plan: LaunchPlan, failed: Any, since: float,

@@ -98,10 +98,15 @@ class _Tee(io.TextIOBase):
             *lines, self._pending = self._pending.split("\n")
             for line in lines:
                 line = redact_text(_DOUBLE_PREFIX.sub(r"\1", line))  # no secret shown or kept
-                when = stamp()
-                shown = f"{when} {line}" if self._router.timestamps and line else line
-                self._console.write(shown + "\n")
-                self._router.route(line, when=when)
+                self._own_line(line, "\n")
+
+    def _own_line(self, line: str, end: str) -> None:
+        """One of meshrun's own lines: stamped in the node log, on the console with
+        ``--timestamps``."""
+        when = stamp()
+        self._console.write((f"{when} {line}" if self._router.timestamps and line else line)
+                            + end)
+        self._router.route(line, when=when)
 
     def _worker_chunk(self, rank: int, body: str) -> None:
         held = self._partial.pop(rank, "") + body
@@ -143,9 +148,7 @@ class _Tee(io.TextIOBase):
             for rank in sorted(self._partial):
                 self._emit(rank, self._partial.pop(rank))
             if self._pending:
-                line, when = redact_text(self._pending), stamp()
-                self._console.write(f"{when} {line}" if self._router.timestamps else line)
-                self._router.route(line, when=when)
+                self._own_line(redact_text(self._pending), "")
                 self._pending = ""
 
     def flush(self) -> None:

@@ -82,7 +82,7 @@ def parse_int(raw: str, name: str, *, minimum: int = 0, maximum: int | None = No
     ``maximum``: the largest the value may be (said in every message); ``limit``: a sanity
     bound said only when passed (no count meshrun reads is larger than :data:`MAX_INT`)."""
     text = str(raw).strip()
-    label = f"{name}={raw!r}" if not name.startswith("--") else f"{name} {raw!r}"
+    label = _label(name, raw)
     what = what or "a whole number"
     top = maximum if maximum is not None else limit
     try:
@@ -117,7 +117,7 @@ def parse_ranks(raw: str, name: str) -> tuple[tuple[int, int], ...]:
         except ValueError:
             first, last = -1, -2
         if first < 0 or last < first or last > MAX_INT:
-            raise UsageError(f"{name} {raw!r} is not a list of ranks", subject=name,
+            raise UsageError(f"{_label(name, raw)} is not a list of ranks", subject=name,
                              hint=f"give global ranks like {name} 0 or {name} 0,8 or "
                                   f"{name} 0-7", code="bad-ranks")
         spans.append((first, last))
@@ -140,13 +140,18 @@ def parse_nnodes(raw: str, name: str, *, limit: int = MAX_INT) -> int:
     hi = parse_int(high, name, minimum=1, limit=limit)
     if lo == hi:
         return hi
-    label = f"{name}={raw!r}" if not name.startswith("--") else f"{name} {raw!r}"
-    fixed = f"{name}={hi} (or pass --nnodes {hi})" if not name.startswith("--") \
-        else f"{name} {hi}"
-    raise UsageError(f"{label} is an elastic range; meshrun runs a fixed number of nodes "
+    fixed = _label(name, str(hi), quote=False) + (
+        f" (or pass --nnodes {hi})" if not name.startswith("--") else "")
+    raise UsageError(f"{_label(name, raw)} is an elastic range; meshrun runs a fixed number of nodes "
                      "and keeps training through a lost one with hot spares", subject=name,
                      hint=f"set {fixed}, the nodes the platform starts (with --spares K, "
                           "K of them wait as hot spares: docs/elastic.md)", code="elastic-range")
+
+
+def _label(name: str, raw: str, quote: bool = True) -> str:
+    """``--flag 'value'`` for a flag, ``NAME='value'`` for a variable, as the user writes it."""
+    value = repr(raw) if quote else raw
+    return f"{name} {value}" if name.startswith("--") else f"{name}={value}"
 
 
 def _example(name: str, minimum: int) -> str:
