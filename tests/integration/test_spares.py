@@ -139,7 +139,7 @@ def test_a_node_killed_while_a_checkpoint_is_written_resumes_from_the_previous_c
     from meshrun.worker import checkpoint as ckpt
 
     big = [*RECIPE, "--set", "model.dim=512", "--set", "model.hidden=2048",
-           "--set", "train.steps=60"]
+           "--set", "train.steps=30"]
     nodes = Nodes(tmp_path, big, nnodes=3, run_id="ck", extra=[*FAST, "--spares", "1"],
                   env=clean_env())
     folder = tmp_path / "checkpoints" / "ck"
@@ -215,7 +215,7 @@ def test_a_users_trainer_script_goes_on_through_a_spare_s_takeover(tmp_path, fra
     else:
         _need("lightning")
         script = [str(USER_SCRIPTS / "lightning_ddp.py")]
-        env = clean_env(LIGHTNING_STEPS="4000", LIGHTNING_CKPT_DIR=str(tmp_path / "ckpt"),
+        env = clean_env(LIGHTNING_STEPS="600", LIGHTNING_CKPT_DIR=str(tmp_path / "ckpt"),
                         OMP_NUM_THREADS="1")
         saved = lambda: (tmp_path / "ckpt" / "last.ckpt").exists()  # noqa: E731
     nodes = Nodes(tmp_path, ["--", *script], nnodes=3, run_id="fw",
