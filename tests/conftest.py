@@ -6,9 +6,9 @@
   namespaces mr-h1/mr-h2 and mrnet-a/b), ``cgroup`` (CPU quotas under /sys/fs/cgroup/cpu)
   and ``timing`` (a tight bound on wall-clock time), one group for the two.
 - Order: the minutes-long ``soak`` tests first (they run beside everything else, at low CPU
-  priority), then the groups, then the other multi-process tests, then the unit tests, which
-  fill the workers' last minutes. pytest-xdist takes this order as it is
-  (``--no-loadscope-reorder`` in scripts/test.sh).
+  priority), then every other unit of work longest first by earlier runs' wall times
+  (tests/durations.json): the short unit tests fill the workers' last minutes. pytest-xdist
+  takes this order as it is (``--no-loadscope-reorder`` in scripts/test.sh).
 """
 
 import os
@@ -59,9 +59,35 @@ def pytest_collection_modifyitems(config, items):
             groups = {f"fixture:{item.module.__name__}"}
         if groups:
             item.add_marker(pytest.mark.xdist_group(groups.pop()))
-    # stable: within a rank the collection order stays (each group's tests together)
-    items.sort(key=_rank)
+    _longest_first(items)
     _nothing_long_behind_the_soak(config, items)
+
+
+_DURATIONS = Path(__file__).resolve().parent / "durations.json"
+# a test the file does not list (new, or under a second): by its kind
+_GUESS = {0: 300.0, 1: 10.0, 2: 10.0, 3: 0.3}
+
+
+def _longest_first(items: list) -> None:
+    """The soak first, then every other unit of work (a group, or a test) longest first, by
+    the wall times of earlier runs (tests/durations.json, scripts/test_durations.py): the
+    classic longest-processing-time order, so that no long unit starts late and ends the run
+    alone. A unit's tests keep their collection order."""
+    import json
+
+    try:
+        known = json.loads(_DURATIONS.read_text())
+    except (OSError, ValueError):
+        known = {}
+    units: dict[str, list] = {}
+    for item in items:
+        units.setdefault(_scope(item), []).append(item)
+
+    def weight(unit: list) -> tuple[int, float]:
+        took = sum(known.get(i.nodeid.split("@")[0], _GUESS[_rank(i)]) for i in unit)
+        return (0 if any(_rank(i) == 0 for i in unit) else 1, -took)
+
+    items[:] = [item for unit in sorted(units.values(), key=weight) for item in unit]
 
 
 def _scope(item: pytest.Item) -> str:
