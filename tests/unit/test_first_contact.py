@@ -348,7 +348,7 @@ def test_several_processes_without_a_gpu_count_request_one_gpu_each():
 def test_a_cpu_job_is_said_and_regenerates_as_one():
     spec = spec_from_flags("k8s", ["train.py"], nnodes="2", nproc_per_node="8",
                            gpus_per_node="0", image="img")
-    assert spec.gpus_per_node == 0 and spec.notes == ()
+    assert spec.gpus_per_node == 0 and not any("--gpus-per-node" in n for n in spec.notes)
     assert "--gpus-per-node 0 --nproc-per-node 8" in render_platform(spec).splitlines()[1]
     assert infer_gpus(None, None, 0, 1)[1][0].startswith("--gpus-per-node not given: a CPU job")
     assert infer_gpus("4", "2", 4, 2) == (4, ())

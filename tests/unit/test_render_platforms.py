@@ -35,6 +35,17 @@ IMAGE = "registry.example/team/train:1.4"
 # the kubelet's $(VAR) expansion, sh, bash) must hand these to the script unchanged.
 TRICKY = ["--note", "two words", "--price", "$5 $(MESHRUN_NNODES) $$ it's", "yes"]
 GPU2 = {"nnodes": "2", "gpus_per_node": "8"}
+# --patch files, named from the repository's root (the suite runs there; see _at_root)
+PATCHES = "tests/unit/golden/platforms"
+ROOT = Path(__file__).resolve().parents[2]
+LIST_FLAGS = {"env", "volume", "node_selector", "toleration", "image_pull_secret",
+              "env_from_secret", "secret_env", "patch", "setup"}
+
+
+@pytest.fixture(autouse=True)
+def _at_root(monkeypatch):
+    """--patch paths are read from the working directory, as on the command line."""
+    monkeypatch.chdir(ROOT)
 
 # name -> (target, spec_from_flags keywords); "command"/"module" default to train.py + TRICKY
 CASES: dict[str, tuple[str, dict]] = {
@@ -62,6 +73,48 @@ CASES: dict[str, tuple[str, dict]] = {
     "docker": ("docker", dict(GPU2, image=IMAGE, master_addr="10.0.0.1", infiniband=True,
                               shm_size="16Gi", log_dir="/data/logs", env=["NCCL_DEBUG=INFO"])),
     "docker-one-node": ("docker", dict(gpus_per_node="8", image=IMAGE)),
+    # what a cluster asks beyond the job: volumes, placement, secrets, a patch, set-up lines
+    "k8s-cluster": ("k8s", dict(GPU2, image=IMAGE, job_name="big-run", log_dir="/mnt/logs",
+                                volume=["pvc:train-logs:/mnt/logs", "host:/datasets:/data:ro",
+                                        "secret:hf-credentials:/etc/hf",
+                                        "configmap:train-config:/etc/train"],
+                                node_selector=["nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3"],
+                                toleration=["nvidia.com/gpu:NoSchedule",
+                                            "dedicated=ml:NoExecute", "spot"],
+                                service_account="trainer", image_pull_secret=["regcred"],
+                                env_from_secret=["wandb"],
+                                secret_env=["HF_TOKEN=hf-credentials:token"],
+                                env=["NCCL_DEBUG=INFO"],
+                                patch=[f"{PATCHES}/patch-k8s.yaml"])),
+    "pytorchjob-cluster": ("pytorchjob", dict(GPU2, image=IMAGE, log_dir="/mnt/logs",
+                                              volume=["pvc:train-logs:/mnt/logs"],
+                                              node_selector=["pool=gpu"],
+                                              toleration=["nvidia.com/gpu:NoSchedule"],
+                                              service_account="trainer",
+                                              image_pull_secret=["regcred"],
+                                              env_from_secret=["wandb"],
+                                              secret_env=["HF_TOKEN=hf-credentials:token"])),
+    "trainjob-cluster": ("trainjob", dict(GPU2, image=IMAGE, log_dir="/mnt/logs",
+                                          shm_size="16Gi",
+                                          volume=["pvc:train-logs:/mnt/logs",
+                                                  "secret:hf-credentials:/etc/hf"],
+                                          node_selector=["pool=gpu"],
+                                          toleration=["nvidia.com/gpu:NoSchedule"],
+                                          service_account="trainer",
+                                          image_pull_secret=["regcred"],
+                                          secret_env=["HF_TOKEN=hf-credentials:token"])),
+    "volcano-cluster": ("volcano", dict(GPU2, image=IMAGE, log_dir="/mnt/logs",
+                                        volume=["pvc:train-logs:/mnt/logs"],
+                                        node_selector=["pool=gpu"], toleration=["spot"],
+                                        service_account="trainer",
+                                        env_from_secret=["wandb"],
+                                        patch=[f"{PATCHES}/patch-volcano.yaml"])),
+    "slurm-setup": ("slurm", dict(GPU2, log_dir="/shared/logs",
+                                  setup=["export HF_HOME=/shared/hf-cache",
+                                         "source /dev/null  # e.g. a venv's bin/activate"])),
+    "docker-volume": ("docker", dict(GPU2, image=IMAGE, master_addr="10.0.0.1",
+                                     log_dir="/data/logs",
+                                     volume=["host:/datasets:/data/in:ro"])),
 }
 SUFFIX = {"slurm": "sbatch", "docker": "sh"}
 
@@ -121,7 +174,7 @@ def test_header_names_the_version_and_a_command_that_gives_the_same_spec(name):
 def _spec_from_argv(argv: list[str]) -> RenderSpec:
     """Map ``render TARGET --flag value ... -- CMD`` onto spec_from_flags, flag by flag."""
     target, rest = argv[1], argv[2:]
-    kw: dict = {"env": []}
+    kw: dict = {name: [] for name in LIST_FLAGS}
     while rest:
         word = rest.pop(0)
         if word == "--":
@@ -135,8 +188,8 @@ def _spec_from_argv(argv: list[str]) -> RenderSpec:
             kw[name] = True
             continue
         value = value if eq else rest.pop(0)
-        if name == "env":
-            kw["env"].append(value)
+        if name in LIST_FLAGS:
+            kw[name].append(value)
         else:
             kw[name] = value
     raise AssertionError("no command in the regenerate line")
@@ -178,7 +231,7 @@ def _pod_template(template: dict) -> dict:
             "template": template}
 
 
-@pytest.mark.parametrize("name", ["k8s", "k8s-cpu"])
+@pytest.mark.parametrize("name", ["k8s", "k8s-cpu", "k8s-cluster"])
 def test_k8s_objects_pass_strict_schema_validation(name):
     docs = docs_of(render_platform(spec_of(name)))
     assert [d["kind"] for d in docs] == ["Service", "NetworkPolicy", "Job"]
@@ -215,7 +268,7 @@ def test_kubernetes_validate_cannot_check_crds():
 
 
 @pytest.mark.slow  # imports the kubernetes client and the Kubeflow training SDK (~2 s)
-@pytest.mark.parametrize("name", ["pytorchjob", "pytorchjob-cpu"])
+@pytest.mark.parametrize("name", ["pytorchjob", "pytorchjob-cpu", "pytorchjob-cluster"])
 def test_pytorchjob_matches_the_training_sdk_models(name):
     """kubeflow-training's models (the PyTorchJob CRD's OpenAPI types), walked strictly:
     no unknown field, every type right, required fields present (the models' own checks);
@@ -269,7 +322,7 @@ def _build_openapi(value, type_name: str, path: str):
 
 
 @pytest.mark.slow  # imports every model of kubeflow-trainer-api (~3 s)
-@pytest.mark.parametrize("name", ["trainjob", "trainjob-cpu"])
+@pytest.mark.parametrize("name", ["trainjob", "trainjob-cpu", "trainjob-cluster"])
 def test_trainjob_round_trips_through_the_trainer_api_models(name):
     """kubeflow-trainer-api's pydantic models type-check every field; a key they do not know
     would be dropped, so the round trip must give the document back unchanged."""
@@ -287,10 +340,11 @@ VOLCANO_ACTIONS = {"AbortJob", "RestartJob", "RestartTask", "RestartPod", "Termi
                    "CompleteJob", "ResumeJob", "SyncJob", "EnqueueJob"}
 
 
-def test_volcano_job_structure():
+@pytest.mark.parametrize("name", ["volcano", "volcano-cluster"])
+def test_volcano_job_structure(name):
     """No schema for Volcano's CRD ships on PyPI: its fields are checked by hand against
     volcano-sh/apis batch/v1alpha1, and each pod template against the core schemas."""
-    spec = spec_of("volcano")
+    spec = spec_of(name)
     (doc,) = docs_of(render_platform(spec))
     assert (doc["apiVersion"], doc["kind"]) == ("batch.volcano.sh/v1alpha1", "Job")
     s = doc["spec"]
@@ -344,6 +398,9 @@ def container_env(container: dict, fields: dict[str, str], base: dict[str, str])
     for var in container.get("env", []):
         if "value" in var:
             env[var["name"]] = kube_expand(var["value"], env)
+        elif "secretKeyRef" in var["valueFrom"]:   # the cluster's Secret: a stand-in value
+            ref = var["valueFrom"]["secretKeyRef"]
+            env[var["name"]] = f"<secret {ref['name']}/{ref['key']}>"
         else:
             path = var["valueFrom"]["fieldRef"]["fieldPath"]
             assert path in fields, f"fieldRef {path} is not a field this pod has"
@@ -617,6 +674,46 @@ BAD = [
      "--run-args"),
     ("run-id-bad", "k8s", dict(image=IMAGE, run_id="-x"), "--run-id"),
     ("command-starts-with-option", "slurm", dict(command=["--lr", "1"]), "meshrun render"),
+    # the cluster options
+    ("volume-two-parts", "k8s", dict(image=IMAGE, volume=["pvc:/mnt"]), "--volume"),
+    ("volume-unknown-kind", "k8s", dict(image=IMAGE, volume=["nfs:srv:/mnt"]), "--volume"),
+    ("volume-relative-mount", "k8s", dict(image=IMAGE, volume=["pvc:logs:mnt"]), "--volume"),
+    ("volume-over-shm", "k8s", dict(image=IMAGE, volume=["pvc:logs:/dev/shm"]), "--volume"),
+    ("volume-twice-at-one-path", "k8s", dict(image=IMAGE, volume=["pvc:a:/m", "pvc:b:/m/"]),
+     "--volume"),
+    ("volume-claim-not-a-name", "k8s", dict(image=IMAGE, volume=["pvc:Logs_1:/m"]),
+     "--volume"),
+    ("volume-host-relative", "k8s", dict(image=IMAGE, volume=["host:data:/data"]), "--volume"),
+    ("volume-for-slurm", "slurm", dict(volume=["host:/a:/a"]), "--volume"),
+    ("volume-pvc-for-docker", "docker", dict(image=IMAGE, volume=["pvc:a:/a"]), "--volume"),
+    ("selector-without-equals", "k8s", dict(image=IMAGE, node_selector=["gpu"]),
+     "--node-selector"),
+    ("selector-bad-value", "k8s", dict(image=IMAGE, node_selector=["a=b c"]), "--node-selector"),
+    ("selector-twice", "k8s", dict(image=IMAGE, node_selector=["a=1", "a=2"]),
+     "--node-selector"),
+    ("selector-for-docker", "docker", dict(image=IMAGE, node_selector=["a=1"]),
+     "--node-selector"),
+    ("toleration-bad-effect", "k8s", dict(image=IMAGE, toleration=["a:NoRun"]), "--toleration"),
+    ("toleration-bad-key", "k8s", dict(image=IMAGE, toleration=["a b"]), "--toleration"),
+    ("service-account-bad", "k8s", dict(image=IMAGE, service_account="Trainer"),
+     "--service-account"),
+    ("service-account-for-slurm", "slurm", dict(service_account="t"), "--service-account"),
+    ("pull-secret-bad", "k8s", dict(image=IMAGE, image_pull_secret=["a_b"]),
+     "--image-pull-secret"),
+    ("env-from-secret-for-trainjob", "trainjob", dict(image=IMAGE, env_from_secret=["w"]),
+     "--env-from-secret"),
+    ("secret-env-shape", "k8s", dict(image=IMAGE, secret_env=["HF_TOKEN=hf"]), "--secret-env"),
+    ("secret-env-also-env", "k8s", dict(image=IMAGE, env=["A=1"], secret_env=["A=s:k"]),
+     "--secret-env"),
+    ("secret-env-platform-var", "k8s", dict(image=IMAGE, secret_env=["RANK=s:k"]),
+     "--secret-env"),
+    ("secret-env-bad-key", "k8s", dict(image=IMAGE, secret_env=["A=s:k/y"]), "--secret-env"),
+    ("patch-missing", "k8s", dict(image=IMAGE, patch=["no/such/patch.yaml"]), "--patch"),
+    ("patch-a-folder", "k8s", dict(image=IMAGE, patch=["tests"]), "--patch"),
+    ("patch-not-yaml", "k8s", dict(image=IMAGE, patch=["README.md"]), "--patch"),
+    ("patch-for-slurm", "slurm", dict(patch=[f"{PATCHES}/patch-volcano.yaml"]), "--patch"),
+    ("setup-for-k8s", "k8s", dict(image=IMAGE, setup=["module load cuda"]), "--setup"),
+    ("setup-two-lines", "slurm", dict(setup=["module load cuda\nrm -rf ~"]), "--setup"),
 ]
 
 
@@ -641,3 +738,118 @@ def test_a_spec_built_in_code_is_validated_too():
     with pytest.raises(UsageError, match="--image"):
         dataclasses.replace(spec, image=IMAGE)
     assert set(PLATFORM_TARGETS) == {c[0] for c in CASES.values()}
+
+
+# --- the cluster options' behaviour ------------------------------------------------------------
+
+def test_a_patch_merges_named_lists_by_name_replaces_others_and_null_removes():
+    from meshrun.render.cluster import merge
+
+    base = {"containers": [{"name": "train", "image": "a", "env": [{"name": "A", "value": "1"}]}],
+            "args": ["x", "y"], "keep": 1, "drop": 2}
+    patch = {"containers": [{"name": "train", "env": [{"name": "B", "value": "2"}]},
+                            {"name": "sidecar", "image": "s"}],
+             "args": ["z"], "drop": None}
+    assert merge(base, patch) == {
+        "containers": [{"name": "train", "image": "a",
+                        "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]},
+                       {"name": "sidecar", "image": "s"}],
+        "args": ["z"], "keep": 1}
+    assert base["containers"][0]["env"] == [{"name": "A", "value": "1"}]   # inputs unchanged
+
+
+def test_the_patch_reaches_the_object_it_names_and_a_patch_that_names_none_is_refused(tmp_path):
+    docs = docs_of(render_platform(spec_of("k8s-cluster")))
+    service, policy, job = docs
+    pod = job["spec"]["template"]["spec"]
+    assert job["spec"]["activeDeadlineSeconds"] == 86400
+    assert pod["priorityClassName"] == "training-high"
+    train = pod["containers"][0]
+    assert train["imagePullPolicy"] == "Always" and train["image"] == IMAGE   # merged, not replaced
+    env = {e["name"]: e.get("value") for e in train["env"]}
+    assert env["TORCH_SHOW_CPP_STACKTRACES"] == "1" and env["MESHRUN_NNODES"] == "2"  # added
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    assert "activeDeadlineSeconds" not in service.get("spec", {})
+    wrong = tmp_path / "p.yaml"
+    wrong.write_text("kind: Job\nmetadata:\n  name: other\nspec:\n  suspend: true\n")
+    spec = spec_from_flags("k8s", CMD, image=IMAGE, patch=[str(wrong)])
+    with pytest.raises(UsageError, match="no Job other in this file"):
+        render_platform(spec)
+
+
+def test_every_volume_is_mounted_where_asked_and_secrets_are_read_only():
+    job = docs_of(render_platform(spec_of("k8s-cluster")))[2]
+    pod = job["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["mountPath"]: m for m in pod["containers"][0]["volumeMounts"]}
+    assert set(mounts) == {"/dev/shm", "/mnt/logs", "/data", "/etc/hf", "/etc/train"}
+    assert volumes[mounts["/mnt/logs"]["name"]]["persistentVolumeClaim"] == {
+        "claimName": "train-logs"}
+    assert "readOnly" not in mounts["/mnt/logs"]
+    assert volumes[mounts["/data"]["name"]]["hostPath"]["path"] == "/datasets"
+    assert all(mounts[p]["readOnly"] for p in ("/data", "/etc/hf", "/etc/train"))
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    assert pod["tolerations"][2] == {"key": "spot", "operator": "Exists"}
+    assert pod["serviceAccountName"] == "trainer"
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+    train = pod["containers"][0]
+    assert train["envFrom"] == [{"secretRef": {"name": "wandb"}}]
+    token, = [e for e in train["env"] if e["name"] == "HF_TOKEN"]
+    assert token["valueFrom"] == {"secretKeyRef": {"name": "hf-credentials", "key": "token"}}
+
+
+def test_a_log_folder_on_no_volume_is_said_and_one_on_a_volume_is_not():
+    bare = spec_from_flags("k8s", CMD, image=IMAGE, log_dir="/mnt/logs")
+    assert any("log folder (/mnt/logs) is on no volume" in n and "--volume pvc:" in n
+               for n in bare.notes)
+    assert any("log folder (./logs)" in n for n in spec_from_flags("volcano", CMD,
+                                                                   image=IMAGE).notes)
+    kept = spec_of("k8s-cluster")
+    assert not any("log folder" in n for n in kept.notes)
+    read_only = spec_from_flags("k8s", CMD, image=IMAGE, log_dir="/mnt/logs/run",
+                                volume=["pvc:logs:/mnt/logs:ro"])
+    assert any("log folder" in n for n in read_only.notes)      # a read-only volume keeps none
+    assert not any("log folder" in n for n in spec_of("docker").notes)   # docker mounts it
+    assert not any("log folder" in n for n in spec_of("slurm").notes)    # a shared file system
+
+
+@pytest.mark.parametrize("gpus,nproc,cpus", [("8", "8", 32), ("0", "2", 2), ("4", "2", 8)])
+def test_slurm_asks_for_cpus_per_task_unless_told_and_says_so(gpus, nproc, cpus):
+    spec = spec_from_flags("slurm", CMD, nnodes="2", gpus_per_node=gpus, nproc_per_node=nproc)
+    text = render_platform(spec)
+    assert f"#SBATCH --cpus-per-task={cpus}\n" in text
+    assert any(f"asks SLURM for {cpus} CPUs" in n for n in spec.notes)
+    told = spec_from_flags("slurm", CMD, gpus_per_node=gpus, nproc_per_node=nproc,
+                           cpus_per_node="3")
+    assert "#SBATCH --cpus-per-task=3\n" in render_platform(told)
+    assert not any("CPUs" in n for n in told.notes)
+
+
+def test_slurm_setup_lines_run_before_srun_and_a_failing_one_stops_the_script(tmp_path):
+    spec = spec_from_flags("slurm", CMD, setup=["export FROM_SETUP=yes", "cd /"])
+    done, argv, seen = _run_script(tmp_path, render_platform(spec), "srun", "bash")
+    assert done.returncode == 0, done.stderr
+    assert seen["FROM_SETUP"] == "yes" and seen["PWD"] == "/"
+    failing = spec_from_flags("slurm", CMD, setup=["false"])
+    elsewhere = tmp_path / "failing"
+    elsewhere.mkdir()
+    done, _, _ = _run_script(elsewhere, render_platform(failing), "srun", "bash")
+    assert done.returncode != 0
+    assert not (elsewhere / "captured.argv").exists()        # srun was never reached
+
+
+def test_the_cli_takes_repeated_cluster_flags_and_refuses_them_for_config_targets(tmp_path,
+                                                                                 capsys):
+    from meshrun.cli import main
+
+    code = main(["render", "k8s", "--image", IMAGE, "--volume", "pvc:a:/a", "--volume",
+                 "pvc:b:/b", "--toleration", "x", "--", "train.py"])
+    out = capsys.readouterr().out
+    assert code == 0
+    job = docs_of(out)[2]
+    assert [m["mountPath"] for m in job["spec"]["template"]["spec"]["containers"][0][
+        "volumeMounts"]] == ["/dev/shm", "/a", "/b"]
+    assert main(["render", "accelerate", "--volume", "pvc:a:/a", "--", "train.py"]) == 2
+    err = capsys.readouterr().err
+    assert "--volume is for submission files, not accelerate" in err and \
+        "[render-flag-not-applicable]" in err

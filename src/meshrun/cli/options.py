@@ -35,6 +35,20 @@ RENDER_FLAGS = {
     "--account": "SLURM account",
     "--run-args": "extra flags for `meshrun run` on every node, as one shell-quoted string",
     "--meshrun": "how nodes start meshrun (default: meshrun)",
+    "--service-account": "Kubernetes targets: the pods' service account",
+}
+
+# Repeatable ones: what a cluster asks beyond the job (meshrun.render.cluster, docs/render.md).
+RENDER_LIST_FLAGS = {
+    "--volume": "KIND:SOURCE:PATH[:ro], KIND pvc, host, secret or configmap (k8s family; "
+                "docker: host)",
+    "--node-selector": "KEY=VALUE the nodes must carry (k8s family)",
+    "--toleration": "KEY[=VALUE][:EFFECT] of a taint the pods tolerate (k8s family)",
+    "--image-pull-secret": "a Secret for pulling the image (k8s family)",
+    "--env-from-secret": "every key of this Secret as a variable (k8s, pytorchjob, volcano)",
+    "--secret-env": "VAR=SECRET:KEY, one variable from a Secret (k8s family)",
+    "--patch": "a YAML file of partial objects merged into the output last (k8s family)",
+    "--setup": "a shell line run before srun, e.g. 'module load cuda' (slurm)",
 }
 
 # The job config's flags, in the order they are given again to other meshrun commands.

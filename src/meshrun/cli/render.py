@@ -16,6 +16,7 @@ from .base import Context, Verb
 from .options import (
     JOB_OPTIONS,
     RENDER_FLAGS,
+    RENDER_LIST_FLAGS,
     add_job_flags,
     add_node_flags,
     dest_of,
@@ -46,6 +47,9 @@ class RenderVerb(Verb):
             parser.add_argument(flag, dest=dest_of(flag), metavar="VALUE", help=text)
         parser.add_argument("--env", metavar="NAME=VALUE", action="append", default=[],
                             help="platform targets: a variable for every node (repeatable)")
+        for flag, text in RENDER_LIST_FLAGS.items():
+            parser.add_argument(flag, dest=dest_of(flag), metavar="VALUE", action="append",
+                                default=[], help=text + " (repeatable)")
         parser.add_argument("--infiniband", action="store_true",
                             help="platform targets: InfiniBand devices, memlock, IPC_LOCK")
 
@@ -94,7 +98,8 @@ class RenderVerb(Verb):
                              subject="--deepspeed", hint="drop --deepspeed",
                              code="deepspeed-not-for-target")
         values = {name: getattr(a, name, None)
-                  for name in (*FILE_NODE_OPTIONS, *(dest_of(f) for f in RENDER_FLAGS))}
+                  for name in (*FILE_NODE_OPTIONS, *(dest_of(f) for f in RENDER_FLAGS),
+                               *(dest_of(f) for f in RENDER_LIST_FLAGS))}
         spec = platform.spec_from_flags(a.target, ctx.words, module=ctx.module,
                                         env=tuple(a.env), infiniband=a.infiniband,
                                         run_flags=tuple(self._run_flags(ctx)), **values)
@@ -106,6 +111,11 @@ class RenderVerb(Verb):
         from .. import render
 
         a = ctx.args
+        for flag in RENDER_LIST_FLAGS:
+            if getattr(a, dest_of(flag)):
+                raise UsageError(f"{flag} is for submission files, not {a.target}",
+                                 subject=flag, hint=f"drop {flag}",
+                                 code="render-flag-not-applicable")
         job, cmd = job_input(ctx.command(), recipe=a.recipe, config=a.config, sets=a.set,
                              checkpoint_dir=a.checkpoint_dir)
         plan = plan_here(ctx.env, flags_from(a), cmd, job)

@@ -18,7 +18,7 @@ Flags, and why:
   node values meshrun reads (``MESHRUN_*`` beat anything the image sets); ``--env``
   values, a fixed run id and the log folder likewise.
 - ``--log-dir`` given as an absolute path is mounted at the same path, so the logs
-  outlive the ``--rm`` container.
+  outlive the ``--rm`` container; ``--volume host:DIR:PATH[:ro]`` mounts more.
 """
 
 from __future__ import annotations
@@ -44,6 +44,8 @@ def render_docker(spec: RenderSpec) -> str:
         words += ["--device=/dev/infiniband", "--ulimit", "memlock=-1", "--cap-add=IPC_LOCK"]
     if spec.log_dir and posixpath.isabs(spec.log_dir):
         words += ["-v", f"{spec.log_dir}:{spec.log_dir}"]
+    for _kind, source, path, mode in spec.volumes:   # host folders only (validated)
+        words += ["-v", f"{source}:{path}" + (":ro" if mode == "ro" else "")]
     parts = [shlex.join(words)]
     env: list[tuple[str, str | None]] = []
     if spec.nnodes > 1:

@@ -26,12 +26,15 @@ on every pod and new for every submission. Every ``$`` in the command is doubled
 (:func:`~meshrun.render.spec.kube_escape`) so the kubelet's ``$(VAR)`` expansion leaves
 the arguments as written.
 
-The helpers below (labels, container, pod volumes) are shared by the Kubeflow and
-Volcano renderers.
+The cluster's own options (``--volume``, ``--node-selector``, ``--toleration``,
+``--service-account``, ``--image-pull-secret``, Secrets as variables, ``--patch``) are
+written by :mod:`meshrun.render.cluster`'s pieces. The helpers below (labels, container,
+pod volumes) are shared by the Kubeflow and Volcano renderers.
 """
 
 from __future__ import annotations
 
+from . import cluster
 from .spec import RenderSpec, dump_yaml, kube_escape, quantity
 
 LABEL = "meshrun/job"
@@ -88,7 +91,7 @@ def render_k8s(spec: RenderSpec) -> str:
         },
     }
     return dump_yaml(spec.header("submit: kubectl apply -f FILE   (remove: kubectl delete -f "
-                                 "FILE)"), [service, policy, job])
+                                 "FILE)"), cluster.apply_patches(spec, [service, policy, job]))
 
 
 # --- shared by the Kubernetes-family renderers -------------------------------------------------
@@ -139,16 +142,20 @@ def container(spec: RenderSpec, name: str, env: list[dict], *, ports: list[dict]
         "command": [kube_escape(word) for word in spec.meshrun],
         "args": [kube_escape(word) for word in spec.run_args(nproc=nproc)],
     }
-    all_env = env + common_env(spec)
+    all_env = env + common_env(spec) + cluster.secret_env_vars(spec)
     if all_env:
         out["env"] = all_env
+    if spec.env_from_secrets:
+        out["envFrom"] = cluster.env_from(spec)
     if ports:
         out["ports"] = ports
     res = resources(spec)
     if res:
         out["resources"] = res
-    if shm:
-        out["volumeMounts"] = [{"name": SHM_VOLUME, "mountPath": "/dev/shm"}]
+    mounts = ([{"name": SHM_VOLUME, "mountPath": "/dev/shm"}] if shm else []) + \
+        cluster.volume_mounts(spec)
+    if mounts:
+        out["volumeMounts"] = mounts
     if spec.infiniband:
         # RDMA registers (pins) memory: the container needs IPC_LOCK for an unlimited memlock.
         out["securityContext"] = {"capabilities": {"add": ["IPC_LOCK"]}}
@@ -163,12 +170,14 @@ def shm_volume(spec: RenderSpec) -> dict:
 
 
 def pod_spec(spec: RenderSpec, main: dict, *, restart_policy: str | None, **extra) -> dict:
-    """Pod spec with ``main`` and the shared-memory volume (``restart_policy`` None: omitted)."""
+    """Pod spec with ``main``, the shared-memory volume and ``--volume``'s, and where and as
+    whom the pod runs (``restart_policy`` None: omitted)."""
     out = dict(extra)
     if restart_policy:
         out["restartPolicy"] = restart_policy
+    out.update(cluster.pod_placement(spec))
     out["containers"] = [main]
-    out["volumes"] = [shm_volume(spec)]
+    out["volumes"] = [shm_volume(spec), *cluster.pod_volumes(spec)]
     return out
 
 

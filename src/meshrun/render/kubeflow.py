@@ -20,14 +20,16 @@ counts; the torch plugin exports ``PET_NNODES``, ``PET_NPROC_PER_NODE``,
 ``PET_NODE_RANK`` (the JobSet's completion index), ``PET_MASTER_ADDR=<job>-node-0-0.<job>``
 and ``PET_MASTER_PORT=29500`` (fixed by the operator), and nothing else; meshrun takes
 the run id ``trainjob-<job>``. The runtime owns the pod template, so a shared-memory
-size or InfiniBand's ``IPC_LOCK`` are added as a ``runtimePatches`` entry (manager
-``meshrun``), written only when ``--shm-size`` or ``--infiniband`` asks for them:
+size, InfiniBand's ``IPC_LOCK``, ``--volume``s and where and as whom the pods run
+(node selector, tolerations, service account, pull secrets) are added as a
+``runtimePatches`` entry (manager ``meshrun``), written only when a flag asks for them:
 that API is Trainer's newest (it replaced ``podTemplateOverrides``); without those
 flags the file uses only fields every Trainer v2 release has.
 """
 
 from __future__ import annotations
 
+from . import cluster
 from .k8s import common_env, container, labels, metadata, pod_spec, resources, shm_volume
 from .spec import RenderSpec, dump_yaml, kube_escape
 
@@ -62,7 +64,7 @@ def render_pytorchjob(spec: RenderSpec) -> str:
         },
     }
     return dump_yaml(spec.header("submit: kubectl apply -f FILE   (needs the Kubeflow training "
-                                 "operator)"), [job])
+                                 "operator)"), cluster.apply_patches(spec, [job]))
 
 
 def render_trainjob(spec: RenderSpec) -> str:
@@ -77,7 +79,7 @@ def render_trainjob(spec: RenderSpec) -> str:
     res = resources(spec)
     if res:
         trainer["resourcesPerNode"] = res
-    env = common_env(spec)
+    env = common_env(spec) + cluster.secret_env_vars(spec)
     if env:
         trainer["env"] = env
     job_spec: dict = {"runtimeRef": {"name": TRAINJOB_RUNTIME}, "trainer": trainer}
@@ -87,17 +89,24 @@ def render_trainjob(spec: RenderSpec) -> str:
     job = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
            "metadata": metadata(spec), "spec": job_spec}
     return dump_yaml(spec.header("submit: kubectl apply -f FILE   (needs Kubeflow Trainer v2 "
-                                 f"and its {TRAINJOB_RUNTIME} runtime)"), [job])
+                                 f"and its {TRAINJOB_RUNTIME} runtime)"),
+                     cluster.apply_patches(spec, [job]))
 
 
 def _runtime_patch(spec: RenderSpec) -> dict | None:
-    if not (spec.shm_size or spec.infiniband):
+    placement = cluster.pod_placement(spec)
+    if not (spec.shm_size or spec.infiniband or spec.volumes or placement):
         return None
     node: dict = {"name": TRAINJOB_CONTAINER}
-    pod: dict = {}
-    if spec.shm_size:
-        node["volumeMounts"] = [{"name": shm_volume(spec)["name"], "mountPath": "/dev/shm"}]
-        pod["volumes"] = [shm_volume(spec)]
+    pod: dict = dict(placement)
+    mounts = [{"name": shm_volume(spec)["name"], "mountPath": "/dev/shm"}] \
+        if spec.shm_size else []
+    volumes = [shm_volume(spec)] if spec.shm_size else []
+    mounts += cluster.volume_mounts(spec)
+    volumes += cluster.pod_volumes(spec)
+    if mounts:
+        node["volumeMounts"] = mounts
+        pod["volumes"] = volumes
     if spec.infiniband:
         node["securityContext"] = {"capabilities": {"add": ["IPC_LOCK"]}}
     pod["containers"] = [node]

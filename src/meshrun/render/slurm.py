@@ -10,6 +10,12 @@ of the command is single-quoted where it needs quoting, so ``$`` in an argument 
 the training script as written and no per-node value is computed once in the batch
 shell (the classic "every node is rank 0" bug).
 
+``--cpus-per-task`` is always written (``--cpus-per-node``, or 4 per GPU worker and 1
+per CPU worker): clusters that give a task one CPU by default would have the agent, every
+worker and its data loaders share it. ``--setup`` lines (``module load cuda``, ``source
+venv/bin/activate``) run in the batch shell before ``srun``, whose tasks inherit the
+environment they leave (SLURM's default ``--export=ALL``); a failing one stops the script.
+
 ``srun --kill-on-bad-exit=1`` stops the other nodes as soon as one node's meshrun
 fails, instead of leaving them blocked in a collective until its timeout.
 """
@@ -45,6 +51,11 @@ def render_slurm(spec: RenderSpec) -> str:
         exports.append(("MESHRUN_LOG_DIR", spec.log_dir))
     exports += list(spec.env)
     lines += [f"export {name}={shlex.quote(value)}" for name, value in exports]
+    if spec.setup:
+        # as written (module load, source venv/bin/activate): srun's tasks inherit the
+        # environment this shell has when it reaches srun
+        lines += ["", "# set-up (--setup), run once here before srun", "set -e",
+                  *spec.setup, "set +e", ""]
     lines.append(shlex.join(["srun", "--kill-on-bad-exit=1", *spec.meshrun, *spec.run_args()]))
     return "\n".join(lines) + "\n"
 

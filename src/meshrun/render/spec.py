@@ -46,6 +46,7 @@ settings must not leak into a cluster's file.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import re
 import shlex
@@ -112,6 +113,18 @@ class RenderSpec:
     partition: str = ""
     time_limit: str = ""
     account: str = ""
+    # what a cluster asks beyond the job (meshrun.render.cluster): volumes as (kind, source,
+    # path, "ro"|"rw"), node selector (key, value), tolerations (key, value, effect), Secrets,
+    # patches as (path, YAML text), SLURM set-up lines
+    volumes: tuple[tuple[str, str, str, str], ...] = ()
+    node_selector: tuple[tuple[str, str], ...] = ()
+    tolerations: tuple[tuple[str, str, str], ...] = ()
+    service_account: str = ""
+    pull_secrets: tuple[str, ...] = ()
+    env_from_secrets: tuple[str, ...] = ()
+    secret_env: tuple[tuple[str, str, str], ...] = ()
+    patches: tuple[tuple[str, str], ...] = ()
+    setup: tuple[str, ...] = ()
     meshrun: tuple[str, ...] = ("meshrun",)
     version: str = __version__
     regenerate: tuple[str, ...] = ()
@@ -180,6 +193,18 @@ class RenderSpec:
             argv.append("--infiniband")
         for name, value in self.env:
             argv += ["--env", f"{name}={value}"]
+        argv += [f"--volume={':'.join(v[:3]) + (':ro' if v[3] == 'ro' else '')}"
+                 for v in self.volumes]
+        argv += [f"--node-selector={key}={value}" for key, value in self.node_selector]
+        argv += ["--toleration=" + key + (f"={value}" if value else "") +
+                 (f":{effect}" if effect else "") for key, value, effect in self.tolerations]
+        if self.service_account:
+            argv += ["--service-account", self.service_account]
+        argv += [f"--image-pull-secret={name}" for name in self.pull_secrets]
+        argv += [f"--env-from-secret={name}" for name in self.env_from_secrets]
+        argv += [f"--secret-env={var}={secret}:{key}" for var, secret, key in self.secret_env]
+        argv += [f"--patch={path}" for path, _text in self.patches]
+        argv += [f"--setup={line}" for line in self.setup]
         if self.meshrun != ("meshrun",):
             argv += ["--meshrun", shlex.join(self.meshrun)]
         if self.run_flags:  # '=' form: argparse would take a lone '--flag' value for an option
@@ -217,6 +242,11 @@ def spec_from_flags(target: str, command: Sequence[str] | None, *, module: bool 
                     cpus_per_node: str | None = None, backoff_limit: str | None = None,
                     partition: str | None = None, time: str | None = None,
                     account: str | None = None, env: Sequence[str] = (),
+                    volume: Sequence[str] = (), node_selector: Sequence[str] = (),
+                    toleration: Sequence[str] = (), service_account: str | None = None,
+                    image_pull_secret: Sequence[str] = (),
+                    env_from_secret: Sequence[str] = (), secret_env: Sequence[str] = (),
+                    patch: Sequence[str] = (), setup: Sequence[str] = (),
                     run_args: str | None = None, run_flags: Sequence[str] = (),
                     meshrun: str | None = None,
                     node_rank: str | None = None, regenerate: Sequence[str] = (),
@@ -228,8 +258,12 @@ def spec_from_flags(target: str, command: Sequence[str] | None, *, module: bool 
     ``run_args`` (``--run-args``, split like a shell would) and ``run_flags`` (already
     words) are extra flags for ``meshrun run`` on every node (e.g. ``--config job.toml
     --max-restarts 2``); ``meshrun`` (``--meshrun``) is how nodes start meshrun, split
-    like a shell would (default ``meshrun``). Raises :class:`UsageError` on any bad value.
+    like a shell would (default ``meshrun``). ``volume`` ... ``setup`` are the cluster
+    options' words as typed (repeatable flags, :mod:`meshrun.render.cluster`); ``patch``
+    holds paths, read here. Raises :class:`UsageError` on any bad value.
     """
+    from . import cluster
+
     if target not in PLATFORM_TARGETS:
         _fail(f"unknown platform target {target!r}", "meshrun render",
               f"use one of: {', '.join(PLATFORM_TARGETS)}", code="unknown-render-target")
@@ -262,7 +296,12 @@ def spec_from_flags(target: str, command: Sequence[str] | None, *, module: bool 
         _fail(f"no job name given and none can be made from {made_from!r}",
               "--job-name", "pass --job-name NAME (lowercase letters, digits and '-', starting "
                             "with a letter)", code="render-no-job-name")
-    return RenderSpec(
+    patches = tuple((path, _read_patch(path)) for path in patch)
+    cpus = _int("--cpus-per-node", cpus_per_node, 0, minimum=0)
+    if target == "slurm" and cpus_per_node in (None, ""):
+        cpus, more = default_slurm_cpus(gpus, nproc)
+        notes = (*notes, more)
+    spec = RenderSpec(
         target=target, job_name=name, command=words,
         nnodes=_int("--nnodes", nnodes, 1, minimum=1), nproc_per_node=nproc, gpus_per_node=gpus,
         image=(image or "").strip(), master_addr=(master_addr or "").strip(),
@@ -271,11 +310,52 @@ def spec_from_flags(target: str, command: Sequence[str] | None, *, module: bool 
         run_id=(run_id or "").strip(), log_dir=(log_dir or "").strip(), env=tuple(pairs),
         run_flags=extra, shm_size=(shm_size or "").strip(),
         namespace=(namespace or "").strip(), infiniband=bool(infiniband),
-        cpus_per_node=_int("--cpus-per-node", cpus_per_node, 0, minimum=0),
+        cpus_per_node=cpus,
         backoff_limit=_int("--backoff-limit", backoff_limit, 0, minimum=0),
         partition=(partition or "").strip(), time_limit=(time or "").strip(),
-        account=(account or "").strip(), meshrun=launcher, version=version,
+        account=(account or "").strip(),
+        volumes=tuple(cluster.parse_volume(v) for v in volume),
+        node_selector=tuple(cluster.parse_selector(v) for v in node_selector),
+        tolerations=tuple(cluster.parse_toleration(v) for v in toleration),
+        service_account=(service_account or "").strip(),
+        pull_secrets=tuple(image_pull_secret), env_from_secrets=tuple(env_from_secret),
+        secret_env=tuple(cluster.parse_secret_env(v) for v in secret_env),
+        patches=patches, setup=tuple(setup), meshrun=launcher, version=version,
         regenerate=tuple(regenerate), notes=notes)
+    note = cluster.log_dir_note(spec)
+    return dataclasses.replace(spec, notes=(*spec.notes, note)) if note else spec
+
+
+def default_slurm_cpus(gpus: int, nproc: int) -> tuple[int, str]:
+    """``--cpus-per-task`` when ``--cpus-per-node`` is not given: many clusters give a task
+    one CPU, and the agent, every worker and their data loaders would share it. 4 per
+    worker on a GPU job (the smallest CPU-per-GPU share of common GPU machines), 1 per worker
+    on a CPU job; said on the console, and written in the regenerate line."""
+    cpus = 4 * nproc if gpus else nproc
+    why = "4 per GPU worker" if gpus else "1 per worker"
+    return cpus, (f"--cpus-per-node not given: each node asks SLURM for {cpus} CPUs "
+                  f"(--cpus-per-task, {why}); pass --cpus-per-node C to change it")
+
+
+def _read_patch(path: str) -> str:
+    import os
+
+    try:
+        if os.path.isdir(path):
+            raise IsADirectoryError(path)
+        with open(path, "rb") as f:
+            data = f.read(1_000_001)
+    except OSError as exc:
+        _fail(f"--patch {path} cannot be read ({exc.strerror or exc})", "--patch",
+              "give the path of a YAML file", code="render-bad-patch")
+    if len(data) > 1_000_000:
+        _fail(f"--patch {path} is over 1 MB", "--patch", "a patch holds only the fields to "
+                                                       "change", code="render-bad-patch")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        _fail(f"--patch {path} is not UTF-8 text", "--patch", "give the path of a YAML file",
+              code="render-bad-patch")
 
 
 def infer_gpus(gpus_raw: str | None, nproc_raw: str | None, gpus: int,

@@ -10,6 +10,7 @@ from dataclasses import fields
 
 from ..plan.model import RUN_ID
 from ..topology import CONTEXT_VARIABLES, Flags, platform_variable
+from .cluster import validate_cluster
 from .spec import (
     _QUANTITY,
     CONTAINER_TARGETS,
@@ -46,6 +47,8 @@ def validate(spec: RenderSpec) -> None:
         _fail(f"unknown platform target {t!r}", "meshrun render",
               f"use one of: {', '.join(PLATFORM_TARGETS)}", code="unknown-render-target")
     for f in fields(spec):
+        if f.name == "patches":   # YAML files: their text is many lines by nature
+            continue
         value = getattr(spec, f.name)
         words = value if isinstance(value, tuple) else (value,)
         for word in words:
@@ -60,6 +63,7 @@ def validate(spec: RenderSpec) -> None:
     _validate_command(spec)
     _validate_env(spec)
     _validate_target_rules(spec)
+    validate_cluster(spec)
 
 
 def _validate_counts(spec: RenderSpec) -> None:
@@ -172,6 +176,14 @@ def _validate_env(spec: RenderSpec) -> None:
                   "--env", "drop it; meshrun reads the platform's own value", code="render-bad-env")
 
 
+    for var, _secret, _key in spec.secret_env:
+        if var in _FLAG_VARS or var in _DEVICE_VARS or platform_variable(var) \
+                or var in CONTEXT_VARIABLES:
+            _fail(f"--secret-env {var} is a variable the platform or this file sets",
+                  "--secret-env", "use another variable name for the secret",
+                  code="render-bad-secret")
+
+
 def _validate_target_rules(spec: RenderSpec) -> None:
     t = spec.target
     if t in CONTAINER_TARGETS and not spec.image:
@@ -228,4 +240,7 @@ def _validate_target_rules(spec: RenderSpec) -> None:
 def _flag(field_name: str) -> str:
     return {"command": "meshrun render", "env": "--env", "time_limit": "--time",
             "run_flags": "--run-args", "job_name": "--job-name",
-            "regenerate": "meshrun render"}.get(field_name, "--" + field_name.replace("_", "-"))
+            "regenerate": "meshrun render", "volumes": "--volume",
+            "tolerations": "--toleration", "pull_secrets": "--image-pull-secret",
+            "env_from_secrets": "--env-from-secret", "patches": "--patch"}.get(
+                field_name, "--" + field_name.replace("_", "-"))
