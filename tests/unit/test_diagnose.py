@@ -105,6 +105,10 @@ EXPECTED: dict[str, list[tuple[str, int | None, str | None]]] = {
     "address_family.log": [("address-family-mismatch", None, None)],
     "torchrun_segfault.log": [("segfault", 1, "a100-node-4")],
     "dataloader_shm_bus_error.log": [("shm-too-small", 0, "3f9c2b1e7d44")],
+    # DeepSpeed's op builder as its source raises it (deepspeed/ops/op_builder/builder.py)
+    "deepspeed_no_cuda_compiler.log": [("deepspeed-no-cuda-compiler", 0, None)],
+    # NCCL's error class alone, "Last error:" left empty (NCCL_DEBUG unset): no cause named
+    "nccl_unhandled_system_error.log": [("nccl-system-error", 1, None)],
     "checkpoint_disk_full.log": [("disk-full", 0, "gpu-a")],
     "too_many_open_files.log": [("too-many-open-files", 3, "gpu-a")],
     "torch21_master_refused.log": [("master-unreachable", None, None)],
@@ -541,3 +545,42 @@ def test_a_fifo_or_a_device_is_refused_not_read(tmp_path):
         with pytest.raises(UsageError) as info:
             diagnose_files([path])
         assert info.value.code == "log-unreadable" and "not a regular file" in str(info.value)
+
+
+# --- round 2 (issue 23): what users hit around launching ---------------------------------------
+
+def test_a_bare_address_in_use_names_both_causes_and_meshrun_s_own_check_only_the_port():
+    bare, = diagnose_text("[rank0]: RuntimeError: Address already in use\n")
+    assert bare.code == "port-in-use" and "second node was started with node 0's rank" in \
+        bare.cause
+    own, = diagnose_text("meshrun: error: port 29500 on this host (node 0) is already in use "
+                         "by another process; fix: pass --master-port [port-in-use]\n")
+    assert own.code == "port-in-use" and "node 0's rank" not in own.cause
+
+
+def test_a_shm_that_cannot_be_opened_is_not_called_too_small():
+    nccl = ("node08:27106:27302 [0] include/shm.h:27 NCCL WARN Call to shm_open failed : "
+            "Permission denied\n"
+            "node08:27106:27302 [0] include/shm.h:48 NCCL WARN Error while creating shared "
+            "memory segment nccl-shm-recv-b79-0-3-0 (size 4460544)\n")
+    assert [d.code for d in diagnose_text(nccl)] == ["shm-not-writable"]
+    full = ("NCCL WARN Error while creating shared memory segment nccl-shm-recv-0 (size 9637888)\n"
+            "posix_fallocate failed : No space left on device\n")
+    assert diagnose_text(full)[0].code == "shm-too-small"
+    plain = "PermissionError: [Errno 13] Permission denied: '/data/out.bin'\n"
+    assert not any(d.code == "shm-not-writable" for d in diagnose_text(plain))
+
+
+def test_a_traceback_cut_before_its_error_line_is_an_unknown_with_its_last_frame():
+    cut = ("step 10 loss 0.31\n"
+           "Traceback (most recent call last):\n"
+           '  File "train.py", line 40, in <module>\n'
+           "    main()\n"
+           '  File "train.py", line 33, in main\n'
+           "    loss.backward()\n")
+    d, = diagnose_text(cut)
+    assert d.code == "unknown" and "stops before its error line" in d.cause
+    assert 'line 33, in main' in d.cause
+    whole = cut + "RuntimeError: boom\n"
+    d, = diagnose_text(whole)
+    assert d.code == "unknown" and d.cause.endswith("RuntimeError: boom")

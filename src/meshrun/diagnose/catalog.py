@@ -93,6 +93,91 @@ CATALOG: tuple[Signature, ...] = (
          "initialize NumPy`, `No module named 'numpy'` (advice only in torch's import "
          "warning: the run may have failed of something else)",
          suppresses=("python-module-missing",)),
+    sig("windows-no-libuv", "torch built without libuv",
+         [r"use_libuv was requested but PyTorch was buil[dt] without libuv support"],
+         "this torch build has no libuv (the Windows wheels), while the TCPStore asks for its "
+         "libuv backend by default since torch 2.4",
+         "set USE_LIBUV=0 in every node's environment (or init_method='tcp://HOST:PORT"
+         "?use_libuv=0'); multi-node training on native Windows is barely supported: WSL2 or "
+         "Linux nodes are the way",
+         SETUP, "`use_libuv was requested but PyTorch was built without libuv support`"),
+    sig("deepspeed-outside-launcher", "DeepSpeed without a launcher",
+         [r"Not using the DeepSpeed or dist launchers, attempting to detect MPI environment",
+          r"No module named '?mpi4py'?(?:\s|$)"],
+         "deepspeed.init_distributed() found none of the launcher's variables (RANK, WORLD_SIZE, "
+         "MASTER_ADDR, LOCAL_RANK): the script was started with plain python, so DeepSpeed "
+         "fell back to discovering an MPI job, which needs mpi4py and mpirun",
+         "start the script with a launcher that sets them: meshrun run (or deepspeed, "
+         "torchrun) on every node; install mpi4py only if the job really is an MPI job",
+         SETUP, "DeepSpeed's `Not using the DeepSpeed or dist launchers, attempting to detect "
+         "MPI environment`, `No module named 'mpi4py'`",
+         suppresses=("python-module-missing",)),
+    sig("deepspeed-no-cuda-compiler", "DeepSpeed cannot compile its CUDA ops",
+         [r"CUDA_HOME does not exist, unable to compile CUDA op\(s\)",
+          r"MissingCUDAException"],
+         "DeepSpeed builds its CUDA ops (fused Adam, ...) on first use and found no CUDA "
+         "toolkit (nvcc, CUDA_HOME): a runtime-only image or a CPU machine",
+         "use an image with the CUDA toolkit (a -devel CUDA image) and CUDA_HOME set, or "
+         "install DeepSpeed with its ops prebuilt (DS_BUILD_OPS=1 pip install deepspeed on a "
+         "machine with nvcc), or pick optimizers that need no op (torch's AdamW)",
+         SETUP, "DeepSpeed's `MissingCUDAException: CUDA_HOME does not exist, unable to compile "
+         "CUDA op(s)`"),
+    sig("gpu-p2p-unsupported", "GPU peer-to-peer not available",
+         [r"peer access is not supported between these two devices?"],
+         "these GPUs cannot access each other's memory directly (consumer cards such as the "
+         "RTX 3090/4090, or P2P disabled by the PCIe topology or IOMMU), which this "
+         "communication path assumes; NCCL on such machines can also hang right after "
+         "setting up its P2P/IPC channels",
+         "disable peer-to-peer and InfiniBand where the machine has neither: NCCL_P2P_DISABLE=1 "
+         "(and NCCL_IB_DISABLE=1) on every node, or the library's own switch for its custom "
+         "all-reduce",
+         SETUP, "CUDA's `peer access is not supported between these two devices`"),
+    sig("cuda-fork-reinit", "CUDA used before a fork",
+         [r"Cannot re-initialize CUDA in forked subprocess",
+          r"To use CUDA with multiprocessing, you must use the 'spawn' start method",
+          r"you need to avoid running any instruction using `torch\.cuda`"],
+         "CUDA was initialised in a process that then forked (DataLoader workers or "
+         "multiprocessing with the fork start method, or a notebook cell that touched "
+         "torch.cuda before the launcher forked), and a forked child cannot use CUDA",
+         "touch no CUDA before forking: create models and tensors on the GPU inside each "
+         "worker, use the spawn start method (multiprocessing.set_start_method('spawn'), "
+         "DataLoader(multiprocessing_context='spawn')); in a notebook restart the kernel and "
+         "run no torch.cuda cell before the launcher; or launch with meshrun run, where each "
+         "rank is its own process from the start",
+         FAULT, "`Cannot re-initialize CUDA in forked subprocess`, Accelerate's notebook "
+         "launcher's `avoid running any instruction using torch.cuda`"),
+    sig("spawn-main-guard", "processes started at import",
+         [r"An attempt has been made to start a new process before the",
+          r"has finished its bootstrapping phase"],
+         "the script starts processes (DataLoader workers, multiprocessing, mp.spawn) while "
+         "being imported: with the spawn start method (Windows and macOS default) each child "
+         "imports the main module again, and without an `if __name__ == \"__main__\":` guard "
+         "it would start processes of its own",
+         "put the script's top-level code under if __name__ == \"__main__\": main(), or use "
+         "DataLoader(num_workers=0) to check",
+         FAULT, "multiprocessing's `An attempt has been made to start a new process before the "
+         "current process has finished its bootstrapping phase`"),
+    sig("ddp-unused-parameters", "DDP: parameters without gradients",
+         [r"Expected to have finished reduction in the prior iteration",
+          r"parameters that were not used in producing loss",
+          r"Parameter indices which did not receive grad for rank"],
+         "DistributedDataParallel expected a gradient for every parameter, but some took no "
+         "part in this step's loss (a branch not taken, a head not used, an output left out "
+         "of the loss), so the previous step's gradient reduction never finished",
+         "make every parameter reach the loss, or set requires_grad=False on the unused ones, "
+         "or wrap with DistributedDataParallel(model, find_unused_parameters=True) (Lightning: "
+         "strategy='ddp_find_unused_parameters_true'; HF Trainer: ddp_find_unused_parameters="
+         "True); TORCH_DISTRIBUTED_DEBUG=DETAIL names the parameters",
+         FAULT, "DDP's `Expected to have finished reduction in the prior iteration before "
+         "starting a new one`"),
+    sig("checkpoint-module-prefix", "checkpoint keys carry 'module.'",
+         [r"Unexpected key\(s\) in state_dict: \"module\."],
+         "the checkpoint was saved from a model wrapped in (Distributed)DataParallel, whose "
+         "keys all start with 'module.', and is loaded into the bare model",
+         "save model.module.state_dict() (the unwrapped model), or strip the prefix when "
+         "loading: torch.nn.modules.utils.consume_prefix_in_state_dict_if_present(state, "
+         "'module.')",
+         FAULT, "`Unexpected key(s) in state_dict: \"module.…` when loading a checkpoint"),
     sig("cuda-on-cpu-torch", "CUDA asked of a CPU-only torch",
          [r"module 'torch\._C' has no attribute '_cuda_\w+'",
           r"Torch not compiled with CUDA enabled"],
@@ -292,7 +377,8 @@ CATALOG: tuple[Signature, ...] = (
          meshrun_fix("choose another --master-port (or let meshrun pick one), or find the "
                       "process holding it with 'ss -ltnp'"),
          SETUP, "`EADDRINUSE`, `Address already in use`, `[Errno 98]`, meshrun's `port N ... is "
-         "already in use`", exclude=r"ignoring the error"),
+         "already in use` (torch's own words also name a second node started with node 0's "
+         "rank)", exclude=r"ignoring the error", also=("duplicate-node-rank",)),
     sig("master-dns-failure", "master address does not resolve",
          [r"meshrun: error: the master address (?P<target>\S+) does not resolve",
           (r"network addresses of \((?P<target>[^,()]+), (?P<port>\d+)\) cannot be retrieved "
@@ -379,7 +465,9 @@ CATALOG: tuple[Signature, ...] = (
           r"failed \(exitcode: -9\) local_rank", r"exits with return code = -9\b",
           killed_by("SIGKILL"), r"Out of memory: Kill(?:ed)? process (?P<pid>\d+)",
           r"Memory cgroup out of memory", r"\boom-kill(?:er)?\b", r"^Killed$",
-          r"is killed by signal: Killed"],
+          r"is killed by signal: Killed",
+          r"ProcessExitedException: process \d+ terminated with signal SIGKILL",
+          r"exit code 137 \(interrupted by signal 9: SIGKILL\)"],
          "the process was killed with SIGKILL and left no Python traceback: almost always the "
          "kernel's out-of-memory killer (host RAM or the container's memory limit), sometimes "
          "the scheduler",
@@ -387,7 +475,32 @@ CATALOG: tuple[Signature, ...] = (
          "OOMKilled status; use fewer DataLoader workers, load data lazily, or raise the memory "
          "limit",
          FAULT, "`exitcode : -9` / `Signal 9 (SIGKILL)` in the root cause, meshrun's `was killed "
-         "by SIGKILL`, the kernel's `Out of memory: Killed process`, a bare `Killed`"),
+         "by SIGKILL`, the kernel's `Out of memory: Killed process`, a bare `Killed`, "
+         "`torch.multiprocessing.spawn`'s `ProcessExitedException: process N terminated with "
+         "signal SIGKILL`, `exit code 137 (interrupted by signal 9: SIGKILL)`"),
+    sig("shm-not-writable", "/dev/shm not writable",
+         [r"shm_open failed : Permission denied"],
+         "this process may not create files in /dev/shm (its permissions, a read-only mount, or "
+         "a container or sandbox without one): NCCL's shared-memory transport cannot make its "
+         "segments; a full /dev/shm says 'No space left on device' instead",
+         "make /dev/shm a writable tmpfs for the job (Docker: --ipc=host or --shm-size=16g; "
+         "Kubernetes: an emptyDir with medium: Memory at /dev/shm; on the host: chmod 1777 "
+         "/dev/shm), or NCCL_SHM_DISABLE=1 to do without it",
+         SETUP, "NCCL's `Call to shm_open failed : Permission denied`",
+         suppresses=("shm-too-small", "nccl-system-error")),
+    sig("shm-not-writable", "/dev/shm not writable",
+         [r"OSError: \[Errno 13\] Permission denied$",
+          r"OSError: \[Errno 38\] Function not implemented$"],
+         "Python's multiprocessing could not create a POSIX semaphore: they live in /dev/shm, "
+         "which is missing or not writable here (a sandbox such as AWS Lambda or proot, a "
+         "container without one, or its permissions); DataLoader workers and multiprocessing "
+         "locks need it",
+         "give the job a writable /dev/shm (Docker: --ipc=host; Kubernetes: an emptyDir with "
+         "medium: Memory at /dev/shm; a sandbox: bind a writable folder there), or run "
+         "without worker processes (DataLoader num_workers=0)",
+         SETUP, "`OSError: [Errno 13] Permission denied` or `[Errno 38] Function not "
+         "implemented` raised by a multiprocessing semaphore (`SemLock` in the traceback)",
+         confirm=r"SemLock", suppresses=("shm-too-small",)),
     sig("shm-too-small", "shared memory too small",
          [r"unable to write to file </torch_\w+>", r"insufficient shared memory \(shm\)",
           r"No space left on device: '/dev/shm/",

@@ -340,5 +340,9 @@ def cpu_torch_fix(hit: Hit) -> str:
 def port_cause(hit: Hit) -> str:
     port = hit.group("port")
     which = f"port {port}" if port else "the port"
-    return (f"{which} is already taken on this host: another job (or a previous run that has "
+    text = (f"{which} is already taken on this host: another job (or a previous run that has "
             "not exited) listens there")
+    if hit.line.lstrip().startswith("meshrun: error: port"):
+        return text          # meshrun checked the port itself: nothing else binds it
+    return text + ("; or a second node was started with node 0's rank (each node needs its "
+                   "own NODE_RANK / --node-rank) and tried to open the job's store too")

@@ -359,19 +359,45 @@ def _unknowns(files: Sequence[File], found: Sequence[_Found], failed: set[int],
         if host is None and line.node is not None:
             host = node_host.get(line.node)
         out.append(_unknown(line.raw, line.rank, host, (name, line.no, order)))
+    else:
+        out.extend(_cut_traceback(files, rank_host))
     return out
 
 
+def _cut_traceback(files: Sequence[File], rank_host: Mapping[int, str]) -> list[_Found]:
+    """A Python traceback that runs to the end of its file: the error line that would name
+    the failure is not there (a log cut, or pasted short). Its last frame is the lead."""
+    for fi, f in enumerate(files):
+        lines = [ln for ln in f.lines if not ln.skip]
+        starts = [i for i, ln in enumerate(lines) if ln.body.strip() == TB_START]
+        if not starts:
+            continue
+        tail = [ln for ln in lines[starts[-1] + 1:] if ln.body.strip()]
+        if not tail or any(ln.body[:1] not in (" ", "\t") for ln in tail):
+            continue                        # the traceback ends in its error line
+        frame = next((ln for ln in reversed(tail) if ln.body.lstrip().startswith("File ")),
+                     tail[-1])
+        body = peel(redact_text(frame.raw.rstrip())[:MAX_LINE])[0].strip()
+        return [_unknown(frame.raw, frame.rank, frame.host or rank_host.get(frame.rank),
+                         (f.name, frame.no, (fi, frame.idx)),
+                         cause="a Python traceback that stops before its error line (the log "
+                               f"ends inside it); its last frame: {body}",
+                         fix="find this traceback in the full log (the rank's own log, or the "
+                             "job's output): the line after its last frame names the error")]
+    return []
+
+
 def _unknown(text: str, rank: int | None, host: str | None,
-             where: tuple[str | None, int | None, tuple[int, int]]) -> _Found:
+             where: tuple[str | None, int | None, tuple[int, int]], *,
+             cause: str | None = None, fix: str | None = None) -> _Found:
     name, line_no, order = where
     shown = redact_text(text.rstrip())[:MAX_LINE]
     body = peel(shown)[0].strip() or shown
     log = f"rank{rank}.log" if rank is not None else "the rank's log"
     return _Found(Diagnosis(
-        code=UNKNOWN_CODE, cause=f"an error no signature knows: {body}",
-        fix=f"read the traceback around this line in {log}; if it is a launch or cluster "
-            "problem, attach the run's log folder to a bug report",
+        code=UNKNOWN_CODE, cause=cause or f"an error no signature knows: {body}",
+        fix=fix or f"read the traceback around this line in {log}; if it is a launch or "
+                   "cluster problem, attach the run's log folder to a bug report",
         rank=rank, host=host, line=shown, file=name, line_no=line_no, summary="unknown failure",
         priority=UNKNOWN, names_cause=False), order, ())
 

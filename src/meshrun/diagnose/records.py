@@ -35,6 +35,9 @@ class Diagnosis:
     priority: int = UNKNOWN        # the code's tier (see TIERS); lower is reported first
     #: the code names a cause (False: only an error class or a victim's view; see Signature)
     names_cause: bool = True
+    #: codes whose cause this one's text names too, as the other possibility (port-in-use:
+    #: a port taken, or a second node started with node 0's rank)
+    also: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not _CODE_RE.match(self.code):
@@ -159,6 +162,9 @@ class Signature:
     #: False for a code that names only the class of an error (NCCL's own error codes) or
     #: what a victim sees (effects, advice): it says where to look, not what went wrong
     names_cause: bool = True
+    #: codes whose cause this one's text names too, as the other possibility (port-in-use:
+    #: a port taken, or a second node started with node 0's rank)
+    also: tuple[str, ...] = ()
     #: per pattern, a literal every match contains (see :func:`needle`); derived
     needles: tuple[str | None, ...] = field(init=False, repr=False, compare=False)
 
