@@ -114,8 +114,13 @@ def test_worker_failure_exit_code_and_first_error(tmp_path):
 def test_rerun_keeps_the_earlier_logs(tmp_path):
     for _ in range(2):
         done = meshrun("run", "--run-id", "again", "--", REPORT, cwd=tmp_path, check_rc=0)
-    names = sorted(p.name for p in (tmp_path / "logs" / "again").glob("node0*.log"))
-    assert len(names) == 2 and "node0.log" in names
+    run = tmp_path / "logs" / "again"
+    assert sorted(p.name for p in run.glob("node0*.log")) == ["node0.log"]
+    earlier = run / "earlier" / "1"
+    assert {"node0.log", "plan.node0.json", "env.node0.json", "rank0.log"} <= {
+        p.name for p in earlier.iterdir()}
+    assert f"its files of this node are in {earlier.relative_to(tmp_path)}" in done.stdout + \
+        done.stderr
     # one rank: the slow-node check has nobody to compare it with, and says so
     assert "slow-node check: one rank, nobody to compare it with: off" in done.stderr
 

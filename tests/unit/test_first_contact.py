@@ -19,6 +19,7 @@ from meshrun.facts import HostFacts
 from meshrun.plan import brief, describe, make_plan, rank_span, ranks_phrase, threads_for
 from meshrun.render.spec import infer_gpus, render_platform, spec_from_flags
 from meshrun.runtime.logs import LogRouter, drop_empty_stacks, settle
+from meshrun.runtime.rundir import set_aside
 from meshrun.topology import Flags
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -316,6 +317,50 @@ def test_empty_stack_files_go_and_a_dump_stays(tmp_path):
     (stacks / "rank1.txt").unlink()
     drop_empty_stacks(str(tmp_path), (2,))
     assert not stacks.exists()
+
+
+def _run_files(folder: Path, node: int, ranks: tuple[int, ...], tag: str) -> None:
+    """What one node leaves in a shared run folder (tag: which run wrote it)."""
+    for name in (f"node{node}.log", f"plan.node{node}.json", f"env.node{node}.json",
+                 f"diagnosis.node{node}.json", f"cause.node{node}.json",
+                 *(f"rank{r}.log" for r in ranks), *(f"failures/rank{r}.json" for r in ranks),
+                 f"raw/node{node}-20261127-000000/attempt0/rank{ranks[0]}.stdout",
+                 *(["node_steps.json"] if node == 0 else [])):
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(tag)
+
+
+def test_a_rerun_moves_each_nodes_earlier_files_into_one_folder_per_run(tmp_path):
+    """issue 23: a rerun renamed the earlier run's files with four different timestamps and
+    left node_steps.json to be overwritten; now each node moves its own files into
+    earlier/<n>/, the same n on every node, and the plain names are free for the new run."""
+    for node, ranks in ((0, (0, 1)), (1, (2, 3))):
+        _run_files(tmp_path, node, ranks, "run 1")
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n')       # the script's: stays
+    (tmp_path / "stacks").mkdir()
+    (tmp_path / "stacks" / "rank1.txt").write_text("")                # killed outright: empty
+    (tmp_path / "stacks" / "rank2.txt").write_text("Thread 0x1 (most recent call first):\n")
+    # node 1 first (nodes start in any order), each touching only its own files
+    assert set_aside(str(tmp_path), 1, (2, 3)) == str(tmp_path / "earlier" / "1")
+    assert (tmp_path / "node0.log").read_text() == "run 1"              # node 0's: not touched
+    assert set_aside(str(tmp_path), 0, (0, 1)) == str(tmp_path / "earlier" / "1")
+    first = tmp_path / "earlier" / "1"
+    assert sorted(p.name for p in first.iterdir()) == sorted(
+        ["node0.log", "node1.log", "plan.node0.json", "plan.node1.json", "env.node0.json",
+         "env.node1.json", "diagnosis.node0.json", "diagnosis.node1.json", "cause.node0.json",
+         "cause.node1.json", "rank0.log", "rank1.log", "rank2.log", "rank3.log",
+         "node_steps.json", "failures", "raw", "stacks"])
+    assert (first / "stacks" / "rank2.txt").read_text().startswith("Thread")
+    assert not (first / "stacks" / "rank1.txt").exists()               # an empty one is dropped
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["earlier", "metrics.jsonl"]
+    # the second rerun: earlier/2, and nothing of run 1 is touched
+    for node, ranks in ((0, (0, 1)), (1, (2, 3))):
+        _run_files(tmp_path, node, ranks, "run 2")
+    assert set_aside(str(tmp_path), 0, (0, 1)) == str(tmp_path / "earlier" / "2")
+    assert set_aside(str(tmp_path), 1, (2, 3)) == str(tmp_path / "earlier" / "2")
+    assert (first / "node_steps.json").read_text() == "run 1"
+    assert (tmp_path / "earlier" / "2" / "node_steps.json").read_text() == "run 2"
+    assert set_aside(str(tmp_path), 0, (0, 1)) is None                 # nothing left to move
 
 
 def test_torchs_agent_lines_that_meshrun_says_itself_are_dropped():

@@ -67,7 +67,8 @@ def diagnose_text(text: str, *, name: str = "<text>", job: Any = None,
 def diagnose_files(paths: Iterable[str | os.PathLike], *, job: Any = None,
                    device: str | None = None) -> list[Diagnosis]:
     """Diagnose the logs of one run: files, or folders (their ``*.log`` files, not ``raw/``,
-    nor the logs of an earlier run with the same id kept aside as ``<name>.<time>.log``).
+    nor an earlier run's with the same id: ``earlier/<n>/``, or a file kept aside as
+    ``<name>.<time>.log``).
 
     ``device`` is what meshrun planned for the run ("cpu" or "cuda"); without it, a run
     folder's ``plan.node<k>.json`` says. Some causes depend on it (a script forcing CUDA

@@ -12,21 +12,21 @@
 ``events.node<k>.jsonl``    straggler notices (a node named slow, or no longer)
 ``node_steps.json``         node 0: each node's mean step and compute time
 ``nodecheck.node<k>.json``  with ``--node-check``: the node check's verdict
+``cause.node<k>.json``      when the job failed: its first cause (rank, node, error)
+``earlier/<n>/``            an earlier run with this run id: the same files, as it left them
 ==========================  =====================================================
 
 Tokens, keys, passwords and credentials never reach these files: the env dump
 and the plan go through :mod:`meshrun.redact`, and the banner shows the
 command redacted.
 
-Nothing is overwritten (as with the logs, :func:`meshrun.runtime.logs.keep_previous`): a
-rerun with the same run id (the default for an identical rerun: the id is a hash)
-first renames an earlier run's ``plan.node<k>.json``, ``env.node<k>.json``,
-``diagnosis.node<k>.json``, ``events.node<k>.jsonl``, ``nodecheck.node<k>.json`` and
-``node_steps.json`` to ``<name>.<its mtime>.json``, so the plain names are
-always this run's. The earlier diagnosis is moved aside when the node starts, not
-only when it fails again: a rerun that succeeds must not leave the earlier failure's
-diagnosis under the plain name. ``meshrun report`` reads only the plain
-``plan.node<k>.json``.
+Nothing is overwritten: a rerun with the same run id (the default for an identical
+rerun: the id is a hash) first moves this node's files of the earlier run, these among
+them, into ``earlier/<n>/`` (:func:`meshrun.runtime.rundir.set_aside`), so the plain names
+are always this run's: a rerun that succeeds never leaves the earlier failure's diagnosis
+under the plain name. A file still in the way (it could not be moved) is renamed to
+``<name>.<its mtime>.json`` before it would be written over. ``meshrun report`` reads only
+the plain ``plan.node<k>.json``.
 """
 
 from __future__ import annotations
@@ -102,3 +102,19 @@ def _write(plan: LaunchPlan, name: str, data: Any) -> str | None:
     except OSError:
         pass  # the bundle is a help; a full disk must not turn into a second failure
     return kept
+
+
+def write_cause(plan: LaunchPlan, cause: Any) -> None:
+    """``cause.node<k>.json``: the job's first cause as this node knows it (the store's record,
+    which the first node to fail offered), for ``meshrun simulate``'s last line and for
+    whoever reads the run folder after the store is gone. Never raises."""
+    if cause is None:
+        return
+    import time
+
+    try:
+        path = os.path.join(plan.log_dir, f"cause.node{plan.node_rank}.json")
+        with open(path, "w", encoding="utf-8") as handle:
+            json.dump({**json.loads(cause.encode()), "time": time.time()}, handle)
+    except (OSError, ValueError):
+        pass

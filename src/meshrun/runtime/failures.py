@@ -118,3 +118,22 @@ def first_recorded(folder: str, *, since: float,
     if not found:
         return None
     return min(found, key=lambda r: (victim(r["line"]), r["time"], r["rank"]))
+
+
+def job_cause(folder: str, *, since: float) -> dict | None:
+    """The job's first cause as a node wrote it (``cause.node<k>.json``, the store's record
+    of the first node to fail) at or after ``since``; None when no node wrote one."""
+    import glob
+    import json
+    import os
+
+    found = []
+    for path in sorted(glob.glob(os.path.join(folder, "cause.node*.json"))):
+        try:
+            with open(path, encoding="utf-8") as handle:
+                data = json.load(handle)
+            if float(data.get("time", 0)) >= since and isinstance(data.get("node"), int):
+                found.append(data)
+        except (OSError, ValueError, TypeError):
+            continue
+    return min(found, key=lambda d: d["time"]) if found else None

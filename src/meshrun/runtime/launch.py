@@ -36,6 +36,7 @@ from ..diagnose.lines import reads_like_error
 from ..errors import EXIT_STARTUP, MeshrunError, StartupError
 from ..plan import LaunchPlan, brief, describe, ranks_phrase
 from ..redact import redact_text
+from ..reports import bundle
 from . import failures
 from .events import EventKind, Goodbye
 from .logs import LogRouter, worker_logs_spec
@@ -89,6 +90,9 @@ def run(plan: LaunchPlan, *, env: Mapping[str, str], max_restarts: int = 0,
     every rank's). ``timestamps``: meshrun's own console lines carry the time (its lines in
     the node log always do)."""
     assert plan.command is not None
+    from .rundir import set_aside
+
+    earlier = set_aside(plan.log_dir, plan.node_rank, plan.global_ranks)
     router = LogRouter(plan.log_dir, plan.node_rank, plan.global_ranks, shown=shown,
                        timestamps=timestamps)
     router.install()
@@ -101,6 +105,8 @@ def run(plan: LaunchPlan, *, env: Mapping[str, str], max_restarts: int = 0,
         from ..reports.bundle import write_start
 
         write_start(plan, env)
+        if earlier:
+            say(f"an earlier run with this run id: its files of this node are in {earlier}")
         for moved in router.moved:
             say(f"kept an earlier run's log as {moved}")
         stopped = False
@@ -387,6 +393,7 @@ def _lead_with_cause(dog: Any, event: Any, plan: LaunchPlan,
     if event.kind != EventKind.PEER_FAILED:
         return
     cause = dog.job_cause(wait=1.0)
+    bundle.write_cause(plan, cause)
     if cause is not None and cause.node != plan.node_rank:
         told.append(cause)
         print(cause.lead("this node's workers were stopped"), file=sys.stderr, flush=True)
@@ -438,8 +445,10 @@ def _report_failure(plan: LaunchPlan, failed: Any, since: float,
         line = redact_text(first.line) if reads_like_error(first.line) else ""
         dog.offer_cause(protocol.Cause(first.rank, plan.node_rank, socket.gethostname(), how,
                                        line[:300]))
+        bundle.write_cause(plan, dog.job_cause())
     elif plan.seated_nodes > 1:
         cause = dog.job_cause(wait=_CAUSE_WAIT_S)
+        bundle.write_cause(plan, cause)
         if cause is not None and cause.node != plan.node_rank:
             told.append(cause)
             print(cause.lead("this node's ranks failed after it"), file=sys.stderr, flush=True)

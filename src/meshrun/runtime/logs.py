@@ -7,9 +7,14 @@
   elastic agent's own redirect files and error reports, per restart attempt
   (``attempt<n>-2``, ...: a restart torch does not count, for a membership change).
 
-Nothing is overwritten: a file left by an earlier run with the same run id is
-renamed to ``<name>.<its mtime>.log`` first. Each node touches only its own
-files, so a log folder on a shared filesystem is safe.
+Nothing is overwritten: a rerun with the same run id (the default for an identical
+rerun: the id is a hash) first moves the earlier run's files of this node into one
+folder, ``earlier/<n>/`` (:func:`meshrun.runtime.rundir.set_aside`: n = 1 for the first run, 2 for the next,
+...; the same n on every node that ran it), so the plain names are always this run's
+and ``meshrun report RUN-DIR`` reads the newest run, ``RUN-DIR/earlier/<n>`` an earlier
+one. Each node touches only its own files, so a log folder on a shared filesystem is
+safe. The script's own files stay: ``metrics.jsonl`` and ``tensorboard/`` (a run resumed
+under its run id appends to its history).
 """
 
 from __future__ import annotations

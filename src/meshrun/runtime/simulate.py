@@ -136,10 +136,13 @@ def simulate(env: Mapping[str, str], cmd: Command, request: SimulateRequest, *,
     if failed:
         # the node whose rank failed first (each rank records the moment it failed; a rank
         # that failed because another did comes after any that did not), else the first
-        from .failures import first_recorded
+        from .failures import first_recorded, job_cause
 
         try:
-            cause = None if interrupted else first_recorded(plan.log_dir, since=started)
+            # the job's first cause as the nodes agreed on it in the store (a SIGKILLed rank
+            # leaves no record of its own), else the ranks' own failure records
+            cause = None if interrupted else (job_cause(plan.log_dir, since=started)
+                                              or first_recorded(plan.log_dir, since=started))
         except Exception:  # noqa: BLE001 - the last line must come whatever the records hold
             cause = None
         first = next((f for f in failed if cause is not None and f[0] == cause.get("node")),
@@ -151,6 +154,7 @@ def simulate(env: Mapping[str, str], cmd: Command, request: SimulateRequest, *,
         said = ""
         if cause is not None and cause.get("node") == rank:
             said = f"; rank {cause['rank']} failed first" + (
+                f" ({cause['how']})" if cause.get("how") else "") + (
                 f": {one_line(cause['line'][:300])}" if cause.get("line") else "")
         print(f"meshrun: simulated node {rank} exited with {code}{said}"
               + (f" (also failed: nodes {', '.join(others)})" if others else ""),
