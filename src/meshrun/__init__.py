@@ -6,7 +6,8 @@ worker-side helpers import it only when they run.
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "arrive", "destroy_process_group", "init_distributed", "progress"]
+__all__ = ["__version__", "arrive", "destroy_process_group", "init_distributed", "log",
+           "progress"]
 
 
 def __getattr__(name: str):  # meshrun.init_distributed: imports meshrun.worker.dist on first use
@@ -22,6 +23,10 @@ def __getattr__(name: str):  # meshrun.init_distributed: imports meshrun.worker.
         from .worker.leave import destroy_process_group
 
         return destroy_process_group
+    if name == "log":  # meshrun.log({...}, step=N): a script's figures in metrics.jsonl
+        from .worker.metrics import log
+
+        return log
     if name == "arrive":  # meshrun.arrive(): the step's own work is done (stragglers)
         from .worker.progress import arrive
 

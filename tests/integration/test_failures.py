@@ -236,6 +236,37 @@ def test_simulate_ends_naming_the_node_whose_rank_failed_first(tmp_path):
     assert last.startswith("meshrun: simulated node 1 exited with 7; rank 1 failed first"), last
 
 
+def test_a_sigkilled_rank_is_named_last_its_run_is_reported_and_a_rerun_keeps_it(tmp_path):
+    """issue 23, items 1, 3 and 5 on one script of a user's own (meshrun.log, no recipe):
+    rank 1 SIGKILLs itself after step 4 (no traceback, no failure record of its own), so
+    simulate's last line comes from the cause the nodes agreed on in the store; `meshrun
+    report` tells the failed run from what meshrun saw and the script logged; a rerun under
+    the same run id moves the failed run's files into earlier/1 and succeeds."""
+    script = str(SCRIPTS / "log_steps.py")
+    done = meshrun("simulate", "--nodes", "2", "--nproc-per-node", "1", "--run-id", "lg",
+                   "--", script, "kill", cwd=tmp_path, timeout=90)
+    last = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 137, done.stderr[-2000:]
+    assert last.startswith("meshrun: simulated node 1 exited with 137; rank 1 failed first "
+                           "(was killed by SIGKILL)"), last
+    again = meshrun("simulate", "--nodes", "2", "--nproc-per-node", "1", "--run-id", "lg",
+                    "--", script, cwd=tmp_path, timeout=90)
+    assert again.returncode == 0, again.stderr[-2000:]
+    run = tmp_path / "logs" / "lg"
+    failed = run / "earlier" / "1"
+    assert {"node0.log", "node1.log", "cause.node1.json"} <= {p.name for p in failed.iterdir()}
+    assert not (run / "cause.node1.json").exists()            # the plain names: the rerun's
+    shown = meshrun("report", str(run), str(failed), cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    rows = {line.split()[0]: line.split() for line in shown.stdout.splitlines()
+            if line.startswith(str(run))}
+    assert rows[str(run)][1] == "succeeded" and rows[str(failed)][1] == "failed", shown.stdout
+    assert f"{failed}: the job failed because rank 1 on node 1" in shown.stdout
+    # the script's own records: both runs appended (a rerun continues its history)
+    steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps[:4] == [1, 2, 3, 4] and steps[-8:] == list(range(1, 9)), steps
+
+
 def test_every_nodes_console_leads_with_the_rank_that_failed_first(tmp_path):
     """Rank 1 (node 1) raises ValueError; rank 0 (node 0) then fails in its barrier, a
     victim. Node 0's console (the one people open first) leads with rank 1's error, and so

@@ -111,12 +111,8 @@ def test_plan_of_another_node_is_enough(tmp_path):
 @pytest.mark.parametrize("make, words", [
     (lambda root: str(root / "nope"), "is not a folder"),
     (lambda root: (root / "empty").mkdir() or str(root / "empty"), "no plan.node<k>.json"),
-    (lambda root: _without(run_dir(root, "a", world=2, nnodes=1, rates=[1.0]), "metrics.jsonl"),
-     "no metrics.jsonl"),
     (lambda root: run_dir(root, "a", world=2, nnodes=1, rates=[1.0], extra_lines=['{"step": 7']),
      "metrics.jsonl:3: is not a metrics record"),
-    (lambda root: _write(run_dir(root, "a", world=2, nnodes=1, rates=[1.0]), "metrics.jsonl",
-                         "\n"), "is empty: the run logged no step"),
     (lambda root: _write(run_dir(root, "a", world=2, nnodes=1, rates=[1.0]), "plan.node0.json",
                          "{"), "plan.node0.json: unreadable"),
 ])
@@ -188,3 +184,98 @@ def test_per_node_step_times_and_slow_notices(tmp_path):
     # a run without the check has no table
     plain = run_dir(tmp_path, "b", world=4, nnodes=2, rates=[100.0])
     assert "per node" not in render_text(report([plain]))
+
+
+# --- any run: what meshrun itself saw (issue 23, item 5) -------------------------------------
+
+def _script_run(root, name="plain", *, ok=True, attempts=1):
+    """A user's script's run folder as meshrun leaves it, with no metrics.jsonl."""
+    path = root / name
+    (path / "raw" / "node0-20261127-101500").mkdir(parents=True)
+    for n in range(attempts):
+        (path / "raw" / "node0-20261127-101500" / f"attempt{n}").mkdir()
+    plan = {"run_id": name, "world_size": 4, "nnodes": 2, "nproc_per_node": 2,
+            "device": "cpu", "gpu_names": [], "job": None, "command": ["train.py", "--lr", "1"]}
+    (path / "plan.node0.json").write_text(json.dumps(plan))
+    end = ("meshrun: all 2 workers of node {k} finished successfully; logs in logs/x" if ok
+           else "meshrun: rank 1 on node {k} (vm) exited with code 1")
+    for k, (first, last) in enumerate((("10:15:00.000", "10:17:05.500"),
+                                       ("10:15:01.250", "10:17:05.000"))):
+        (path / f"node{k}.log").write_text(
+            f"2026-11-27T{first}Z meshrun 0.1.0\n"
+            f"2026-11-27T10:15:03.000Z meshrun: starting 2 workers: ranks {2 * k}-{2 * k + 1} "
+            f"of 4 (3.0 s after start)\n"
+            "[rank0]: step 1\n"
+            f"2026-11-27T{last}Z {end.format(k=k)}\n")
+    if not ok:
+        (path / "cause.node0.json").write_text(json.dumps(
+            {"rank": 1, "node": 0, "host": "vm", "how": "exited with code 1",
+             "line": "ValueError: bad batch", "time": 1.0}))
+        (path / "diagnosis.node0.json").write_text(json.dumps(
+            {"diagnoses": [{"code": "unknown"}, {"code": "gloo-connection-lost"}]}))
+    return str(path)
+
+
+def test_a_script_without_metrics_is_reported_from_what_meshrun_saw(tmp_path, capsys):
+    r = summarize(_script_run(tmp_path))
+    assert r.records == 0 and r.samples_per_s is None and r.loss is None and r.steps is None
+    assert (r.outcome, r.restarts, r.startup_s) == ("succeeded", 0, 3.0)
+    assert r.wall_s == pytest.approx(125.5)                   # first node's start to the end
+    assert r.command == "train.py --lr 1"
+    assert main(["report", str(tmp_path / "plain")]) == 0
+    out = capsys.readouterr().out
+    assert "succeeded  2 min 06 s" in out and "train.py --lr 1" in out
+    assert "no metrics.jsonl: what meshrun saw only" in out
+
+
+def test_a_failed_run_with_restarts_says_its_cause_and_diagnosis(tmp_path):
+    r = summarize(_script_run(tmp_path, "bad", ok=False, attempts=3))
+    assert r.outcome == "failed" and r.restarts == 2
+    assert r.cause == "rank 1 on node 0 (vm) exited with code 1: ValueError: bad batch"
+    assert r.diagnosis == ["unknown", "gloo-connection-lost"]
+    text = render_text(report([r.path]))
+    assert "the job failed because rank 1 on node 0 (vm)" in text
+
+
+def test_a_run_without_samples_is_left_out_of_the_scaling_with_a_warning(tmp_path):
+    a = run_dir(tmp_path, "a", world=8, nnodes=1, rates=[2000.0])
+    b = run_dir(tmp_path, "b", world=16, nnodes=2, rates=[3800.0])
+    plain = _script_run(tmp_path)
+    rep = report([a, b, plain])
+    assert [s.path for s in rep.scaling] == [b]
+    assert any("plain logged no samples/s" in w for w in rep.warnings)
+
+
+def test_records_of_meshrun_log_give_step_times_from_their_times(tmp_path):
+    path = Path(_script_run(tmp_path))
+    (path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in (
+        {"step": 1, "time": 100.0, "loss": 3.0}, {"step": 2, "time": 100.5, "loss": 2.0},
+        {"step": 4, "time": 101.5, "loss": 1.0, "note": "text is fine"})) + "\n")
+    r = summarize(str(path))
+    assert r.step_time_s == 0.5 and r.loss == 1.0 and r.steps == (1, 4)
+    assert r.samples_per_s is None                   # not logged: not made up
+
+
+def test_meshrun_log_writes_rank_0s_records_and_nothing_outside_meshrun(tmp_path, monkeypatch):
+    import meshrun
+    from meshrun.worker import metrics
+
+    monkeypatch.setitem(metrics._state, "step", 0)
+    monkeypatch.setitem(metrics._state, "tb_tried", True)       # no TensorBoard here
+    monkeypatch.delenv("MESHRUN_LOG_DIR", raising=False)
+    meshrun.log({"loss": 1.0})                                   # outside meshrun: nothing
+    assert not (tmp_path / "metrics.jsonl").exists()
+    monkeypatch.setenv("MESHRUN_LOG_DIR", str(tmp_path))
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setattr("meshrun.worker.progress.progress", lambda step: None)
+    meshrun.log({"loss": 0.5, "nan": float("nan"), "step": 99}, step=10)
+    meshrun.log({"loss": 0.25})                                  # the step after the last
+    monkeypatch.setenv("RANK", "1")
+    meshrun.log({"loss": 7.0}, step=12)                          # other ranks: progress only
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["loss"]) for r in rows] == [(10, 0.5), (11, 0.25)]
+    assert rows[0]["nan"] == "nan" and isinstance(rows[0]["time"], float)
+    with pytest.raises(TypeError, match="dict of str keys"):
+        meshrun.log({1: 2.0})
+    with pytest.raises(TypeError, match="whole number"):
+        meshrun.log({"loss": 1.0}, step="3")

@@ -4,12 +4,16 @@
 
 The seeds promise figures (seed 004: 1.7-1.9x from one node to two; seed 001: 6-7x
 from 8 to 64 GPUs); this command checks such a promise from two runs' log folders.
-Pure and torch-free: it reads what a run left in its log folder,
+Pure and torch-free: it reads what a run left in its log folder, for any run:
 
 * ``plan.node<k>.json`` (the lowest ``k`` there): world size, nodes, processes per node,
   device, GPU names, the recipe and its effective batch;
-* ``metrics.jsonl`` (rank 0 of a recipe, :mod:`meshrun.recipes._loop`): one record per
-  logged step.
+* what meshrun itself saw (:mod:`meshrun.reports.run_info`): when the nodes started and
+  ended, the time to the first workers, the outcome, restarts, the job's first cause and
+  the diagnosis codes;
+* ``metrics.jsonl`` when there is one (rank 0 of a recipe, :mod:`meshrun.recipes._loop`,
+  or a script's own ``meshrun.log({...})``): one record per logged step. Without it the
+  throughput columns are ``-`` and the run takes no part in a scaling comparison.
 
 Per run: the medians over the records that are not a run's first step (start-up and
 lazy initialisation are timed alone and marked ``first_step``) of ``samples_per_s``,
@@ -52,14 +56,21 @@ class RunSummary:
     gpu_name: str               # "" on CPU
     recipe: str                 # "" for a user's script
     effective_batch: int | None
-    records: int                # metrics records read
-    steps: tuple[int, int]      # first and last step logged
-    samples_per_s: float
-    step_time_s: float
-    samples_per_s_per_process: float
+    records: int                # metrics records read (0: none, no metrics.jsonl)
+    steps: tuple[int, int] | None   # first and last step logged
+    samples_per_s: float | None
+    step_time_s: float | None
+    samples_per_s_per_process: float | None
     mfu: float | None
-    loss: float                 # of the last record
+    loss: float | None          # of the last record
     psnr: float | None
+    command: str = ""           # what ran (a script, a module, a recipe)
+    outcome: str = "unknown"    # succeeded | failed | unfinished | unknown (run_info)
+    wall_s: float | None = None
+    startup_s: float | None = None
+    restarts: int = 0
+    cause: str = ""
+    diagnosis: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     nodes: list[dict[str, Any]] = field(default_factory=list)  # node_steps.json's rows
     slow: list[str] = field(default_factory=list)  # the straggler notices (events.node0.jsonl)
@@ -113,6 +124,7 @@ def _plan(path: str) -> dict[str, Any]:
 
 
 def _records(path: str) -> list[dict[str, Any]]:
+    """``metrics.jsonl``'s records; [] when the run has none (a script that logs nothing)."""
     name = os.path.join(path, "metrics.jsonl")
     try:
         if os.path.exists(name) and not os.path.isfile(name):
@@ -121,10 +133,7 @@ def _records(path: str) -> list[dict[str, Any]]:
         with open(name, encoding="utf-8", errors="replace") as f:  # bytes: a bad line below
             lines = f.read().splitlines()
     except FileNotFoundError:
-        raise _fail(path, "no metrics.jsonl in this run's folder",
-                    "only the recipes write one (meshrun run --recipe ...); a script "
-                    "of your own can write the same records to $MESHRUN_LOG_DIR/"
-                    "metrics.jsonl (docs/recipes.md)") from None
+        return []
     except OSError as exc:
         raise _fail(name, f"unreadable ({exc.strerror})", "check its permissions") from None
     out = []
@@ -136,46 +145,80 @@ def _records(path: str) -> list[dict[str, Any]]:
         except ValueError:
             record = None
         if not (isinstance(record, dict) and isinstance(record.get("step"), int)
-                and all(isinstance(record.get(k), (int, float))
-                        for k in ("loss", "step_time_s", "samples_per_s"))):
-            raise _fail(f"{name}:{number}", "is not a metrics record (a JSON object with "
-                        "step, loss, step_time_s, samples_per_s)",
+                and not isinstance(record.get("step"), bool)
+                and all(_number(record[k]) for k in _NUMBERS if k in record)):
+            raise _fail(f"{name}:{number}", "is not a metrics record (a JSON object with a "
+                        "whole-number step; loss, step_time_s, samples_per_s, time numbers "
+                        "where given)",
                         "remove or mend that line (a run killed while writing can leave "
                         "half a line at the end)")
         out.append(record)
-    if not out:
-        raise _fail(name, "is empty: the run logged no step",
-                    "report on a run that trained at least one step")
+    return out
+
+
+_NUMBERS = ("loss", "step_time_s", "samples_per_s", "time", "mfu", "psnr")
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _step_times(records: list[dict[str, Any]]) -> list[float]:
+    """Seconds per step: the records' own ``step_time_s``, else from consecutive records'
+    ``time`` (``meshrun.log`` writes it) over the steps between them."""
+    own = [r["step_time_s"] for r in records if "step_time_s" in r and not r.get("first_step")]
+    if own:
+        return own
+    timed = [r for r in records if "time" in r]
+    out = []
+    for a, b in zip(timed, timed[1:]):
+        if b["step"] > a["step"] and b["time"] >= a["time"]:
+            out.append((b["time"] - a["time"]) / (b["step"] - a["step"]))
     return out
 
 
 def summarize(path: str) -> RunSummary:
     """The figures of the run whose log folder is ``path``."""
+    from . import run_info
+
     if not os.path.isdir(path):
         raise _fail(path, "is not a folder", "name a run's log folder, <log-dir>/<run-id>")
     plan = _plan(path)
     records = _records(path)
+    info = run_info.read(path)
     notes = []
     steady = [r for r in records if not r.get("first_step")]
-    if not steady:
+    if records and not steady:
         steady = records
         notes.append("only first steps were logged: their times include start-up")
+    if not records:
+        notes.append("no metrics.jsonl: what meshrun saw only (a script can add its own "
+                     "figures with meshrun.log({...}), docs/recipes.md)")
     job = plan.get("job") or {}
     gpus = plan.get("gpu_names") or []
     world = plan["world_size"]
-    rate = statistics.median(r["samples_per_s"] for r in steady)
-    mfus = [r["mfu"] for r in steady if isinstance(r.get("mfu"), (int, float))]
-    last = records[-1]
+    rates = [r["samples_per_s"] for r in steady if "samples_per_s" in r]
+    rate = statistics.median(rates) if rates else None
+    times = _step_times(records)
+    mfus = [r["mfu"] for r in steady if _number(r.get("mfu"))]
+    losses = [r for r in records if "loss" in r]
+    last = losses[-1] if losses else (records[-1] if records else {})
+    command = plan.get("command") or []
     return RunSummary(
         path=path, run_id=str(plan.get("run_id", os.path.basename(path))), world_size=world,
         nnodes=int(plan.get("nnodes", 1)), nproc_per_node=int(plan.get("nproc_per_node", world)),
         device=str(plan.get("device", "")), gpu_name=str(gpus[0]) if gpus else "",
         recipe=str(job.get("recipe") or ""), effective_batch=job.get("effective_batch"),
-        records=len(records), steps=(records[0]["step"], last["step"]),
-        samples_per_s=rate, step_time_s=statistics.median(r["step_time_s"] for r in steady),
-        samples_per_s_per_process=rate / world, mfu=statistics.median(mfus) if mfus else None,
-        loss=last["loss"], psnr=last.get("psnr"), notes=notes, nodes=_node_steps(path),
-        slow=_slow_lines(path))
+        records=len(records),
+        steps=(records[0]["step"], records[-1]["step"]) if records else None,
+        samples_per_s=rate, step_time_s=statistics.median(times) if times else None,
+        samples_per_s_per_process=rate / world if rate is not None else None,
+        mfu=statistics.median(mfus) if mfus else None,
+        loss=last.get("loss"), psnr=last.get("psnr"), notes=notes, nodes=_node_steps(path),
+        slow=_slow_lines(path),
+        command=" ".join(str(w) for w in command) if isinstance(command, list) else "",
+        outcome=info.outcome, wall_s=info.wall_s, startup_s=info.startup_s,
+        restarts=info.restarts, cause=info.cause, diagnosis=info.diagnosis)
 
 
 def _node_steps(path: str) -> list[dict[str, Any]]:
@@ -222,8 +265,9 @@ def report(paths: list[str], baseline: str | None = None) -> Report:
     runs = [summarize(p) for p in paths]
     if len(runs) < 2:
         return Report(runs=runs, baseline=None, scaling=[])
+    measured = [r for r in runs if r.samples_per_s is not None] or runs
     base = (runs[paths.index(baseline)] if baseline is not None
-            else min(runs, key=lambda r: r.world_size))
+            else min(measured, key=lambda r: r.world_size))
     warnings = []
     for what, key in (("recipes", "recipe"), ("devices", "device"), ("GPU models", "gpu_name")):
         seen = sorted({getattr(r, key) or "-" for r in runs})
@@ -234,12 +278,17 @@ def report(paths: list[str], baseline: str | None = None) -> Report:
     if len(batches) > 1:
         warnings.append("effective batches differ (" + ", ".join(map(str, batches)) + "): "
                         "samples/s is compared as throughput, not as time to a loss")
-    if base.samples_per_s <= 0:
-        raise _fail(base.path, "has no throughput to compare with (0 samples/s)",
-                    "choose another --baseline")
+    unmeasured = [r for r in runs if r.samples_per_s is None]
+    for run in unmeasured:
+        warnings.append(f"{run.path} logged no samples/s: left out of the scaling")
+    if base.samples_per_s is None or base.samples_per_s <= 0:
+        if baseline is not None or len(runs) - len(unmeasured) >= 2:
+            raise _fail(base.path, "has no throughput to compare with (no samples/s)",
+                        "choose another --baseline")
+        return Report(runs=runs, baseline=None, scaling=[], warnings=warnings)
     scaling = []
     for run in runs:
-        if run is base:
+        if run is base or run.samples_per_s is None:
             continue
         speedup = run.samples_per_s / base.samples_per_s
         ideal = run.world_size / base.world_size
@@ -250,6 +299,25 @@ def report(paths: list[str], baseline: str | None = None) -> Report:
 
 def _ms(value: Any) -> str:
     return f"{value * 1000:.4g}" if isinstance(value, (int, float)) else "-"
+
+
+def _g(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min {secs:02d} s"
+
+
+def _table(rows: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
 
 
 def _node_table(run: RunSummary) -> list[str]:
@@ -279,14 +347,23 @@ def render_text(rep: Report) -> str:
     rows = [head]
     for r in rep.runs:
         device = r.gpu_name or r.device or "?"
-        loss = f"{r.loss:.6g}" + (f" (PSNR {r.psnr:.2f} dB)" if r.psnr is not None else "")
+        loss = "-" if r.loss is None else (
+            f"{r.loss:.6g}" + (f" (PSNR {r.psnr:.2f} dB)" if r.psnr is not None else ""))
         rows.append((r.path, str(r.world_size), f"{r.nnodes} x {r.nproc_per_node}", device,
-                     f"{r.samples_per_s:.6g}", f"{r.samples_per_s_per_process:.4g}",
-                     f"{r.step_time_s * 1000:.4g}",
+                     _g(r.samples_per_s, ".6g"), _g(r.samples_per_s_per_process, ".4g"),
+                     _ms(r.step_time_s),
                      f"{r.mfu:.1%}" if r.mfu is not None else "-",
-                     f"{r.steps[0]}-{r.steps[1]}", loss))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+                     f"{r.steps[0]}-{r.steps[1]}" if r.steps else "-", loss))
+    lines = _table(rows)
+    lines += _table([("run", "outcome", "wall", "to first workers", "restarts", "what ran")] + [
+        (r.path, r.outcome, _duration(r.wall_s), _duration(r.startup_s), str(r.restarts),
+         (r.recipe and f"--recipe {r.recipe}") or r.command or "-") for r in rep.runs])
+    for r in rep.runs:
+        if r.cause:
+            lines.append(f"{r.path}: the job failed because {r.cause}")
+        if r.diagnosis:
+            lines.append(f"{r.path}: diagnosis: {', '.join(r.diagnosis)} (meshrun diagnose "
+                         f"{r.path})")
     for r in rep.runs:
         lines += [f"note: {r.path}: {n}" for n in r.notes]
     for r in rep.runs:
