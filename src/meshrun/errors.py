@@ -18,7 +18,7 @@ and read one way as JSON (:meth:`Diagnostic.to_json`). Four kinds share the shap
   environment lint, ``meshrun doctor``'s checks, preflight's differences;
 * :class:`meshrun.diagnose.Diagnosis` — a failure found in logs, with its rank and host.
 
-Exit codes (documented in the README):
+Exit codes (documented in docs/guide.md):
 
 ====  ==============================================================
 0     every worker finished successfully

@@ -36,8 +36,9 @@ def test_rendered_sbatch_script_runs_two_nodes_with_the_right_ranks(slurm_cluste
     spec = spec_from_flags(
         "slurm", [str(SCRIPTS / "report.py"), "--note", "two words", "$HOME"],
         job_name="render-test", nnodes="2", nproc_per_node="2", gpus_per_node="0",
-        cpus_per_node="2",
+        setup=["echo meshrun-setup-ran", "export FROM_SETUP=yes"],
         meshrun=f"{sys.executable} -m meshrun")
+    assert spec.cpus_per_node == 2          # not given: 1 per CPU worker, written for sbatch
     script = tmp_path / "job.sbatch"
     script.write_text(render_slurm(spec))
     submitted = subprocess.run(["sbatch", "--parsable", f"--chdir={tmp_path}", str(script)],
@@ -55,5 +56,6 @@ def test_rendered_sbatch_script_runs_two_nodes_with_the_right_ranks(slurm_cluste
     assert [r["meshrun_node_rank"] for r in found] == [0, 0, 1, 1]
     assert all(r["world"] == 4 and r["sum"] == 10 for r in found)
     assert {r["run_id"] for r in found} == {f"slurm-{jid}.0"}
+    assert out.count("meshrun-setup-ran") == 1, out   # --setup: once, in the batch shell
     # The arguments reached meshrun unexpanded on both nodes (the banner shows the command).
     assert out.count("report.py --note two words $HOME") == 2, out

@@ -276,15 +276,16 @@ def test_an_exception_ends_the_process_even_with_a_thread_left_running():
 
 
 def test_the_readme_gives_each_supervision_option_its_one_default():
-    """Each supervision option is declared once (meshrun.runtime.supervision); the README's
-    flag table and --help show that default, and the hidden --beat is in neither."""
+    """Each supervision option is declared once (meshrun.runtime.supervision); the guide's
+    flag table (docs/guide.md) and --help show that default, and the hidden --beat is in
+    neither."""
     import re
     from pathlib import Path
 
     from meshrun.cli.parser import build_parser
     from meshrun.runtime.supervision import flag, options
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "guide.md").read_text()
     help_text = next(a for a in build_parser()._actions
                      if a.dest == "verb").choices["run"].format_help()
     for name, meta in options():
@@ -292,7 +293,7 @@ def test_the_readme_gives_each_supervision_option_its_one_default():
         if meta["hidden"]:
             assert row is None and flag(name) not in help_text, name
             continue
-        assert row, f"README has no row for {flag(name)}"
+        assert row, f"docs/guide.md has no row for {flag(name)}"
         assert float(row[1]) == meta["default"], (name, row[1], meta["default"])
         assert f"(default {meta['default']:g})" in " ".join(help_text.split()), name
 

@@ -146,7 +146,7 @@ class TrainNumbers:
     grad_clip: float      # 0: off
     precision: str        # resolved: "bf16" or "fp32"
     precision_reason: str
-    origin: str           # "job config" or "seed 004 defaults (no job config)"
+    origin: str           # "job config" or "defaults (no job config)"
 
     def __post_init__(self) -> None:
         if self.per_device_batch * self.dp * self.grad_accum != self.effective_batch:
@@ -173,7 +173,7 @@ def train_numbers(plan: LaunchPlan, job: Any) -> TrainNumbers:
     if job is None:
         pdb, accum, clip = (SEED_004_TRAIN["per_device_batch"], SEED_004_TRAIN["grad_accum"],
                             SEED_004_TRAIN["grad_clip"])
-        tp, mode, origin = 1, "auto", "seed 004 defaults (no job config)"
+        tp, mode, origin = 1, "auto", "defaults (no job config)"
     else:
         train = _table(job, "train")
         parallel = _table(job, "parallel")

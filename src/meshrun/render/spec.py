@@ -25,7 +25,7 @@ What every file runs
 --------------------
 The same ``meshrun run [--nproc-per-node N] [RUN FLAGS] -- SCRIPT ARGS`` (or ``-m
 MODULE ARGS``) on every node. Node count, node rank and master address come from
-the platform's own variables (see the README's platform table); what a platform
+the platform's own variables (see docs/guide.md's platform table); what a platform
 does not export (an Indexed Job's node count and master address, a fixed run id,
 the log folder) is set as ``MESHRUN_*`` variables by the file, never per node.
 ``--nproc-per-node`` is written only where it says something the GPU count does

@@ -4,7 +4,7 @@ Each field of :class:`Supervision` is one option: its default is the field's def
 metadata says the flag's help, the smallest value it takes and whether ``--help`` shows it.
 The CLI builds ``--node-timeout``, ``--hang-timeout``, ``--slow-window``, ``--slow-factor``
 and the hidden ``--beat`` from these fields, reads each from its flag or its
-``MESHRUN_<NAME>`` variable (a flag beats its variable), and the README's flag table names
+``MESHRUN_<NAME>`` variable (a flag beats its variable), and docs/guide.md's flag table names
 the same defaults (a test compares them).
 
 ``beat`` is the watchdog's period: one heartbeat, one read of node 0's watch, one judgement

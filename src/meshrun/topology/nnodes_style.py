@@ -31,7 +31,7 @@ def detect(env: Mapping[str, str], host: HostInfo) -> Claims | None:
     claims.nproc_per_node = nproc
     master = env.get("MASTER_ADDR", "").strip()
     claims.master_addr = (Sourced(master, "MASTER_ADDR") if master
-                          else Sourced("localhost", "default of MASTER_ADDR (seed 004)", False))
+                          else Sourced("localhost", "default of MASTER_ADDR (torchrun-style scripts)", False))
     claims.master_port = (read_int(env, "MASTER_PORT", minimum=1)
-                          or Sourced(29500, "default of MASTER_PORT (seed 004)", False))
+                          or Sourced(29500, "default of MASTER_PORT (torchrun-style scripts)", False))
     return claims
