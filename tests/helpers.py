@@ -36,6 +36,15 @@ def meshrun(*args: str, env: dict | None = None, cwd=None, timeout: float = 120,
     return done
 
 
+_NODE_PREFIX = re.compile(r"^\[node \d+\] ", re.M)
+
+
+def own_lines(text: str) -> list[str]:
+    """``text``'s lines without the ``[node k] `` a node of several puts before meshrun's own
+    console lines (runtime/logs.py)."""
+    return _NODE_PREFIX.sub("", text).splitlines()
+
+
 def reports(text: str) -> list[dict]:
     """The JSON objects printed by scripts/report.py, in rank order."""
     found = [json.loads(m.group(1)) for m in re.finditer(r"REPORT (\{.*\})", text)]

@@ -39,7 +39,11 @@ def test_a_progress_bar_is_its_last_state_in_the_log_and_a_few_states_on_the_con
     assert "  env " not in done.stdout and "  env " in (logs / "node0.log").read_text()
 
 
-def test_verbose_prints_the_whole_plan(tmp_path):
-    done = meshrun("run", "--nproc-per-node", "1", "--verbose", "--run-id", "v", "--",
-                   str(SCRIPTS / "progress_bar.py"), cwd=tmp_path, timeout=90, check_rc=0)
+def test_verbose_prints_the_whole_plan_and_a_filter_that_shows_nothing_is_said(tmp_path):
+    done = meshrun("run", "--nproc-per-node", "1", "--verbose", "--run-id", "v",
+                   "--show-ranks", "3", "--", str(SCRIPTS / "progress_bar.py"), cwd=tmp_path,
+                   timeout=90, check_rc=0)
     assert "  global ranks       : 0 " in done.stdout and "  env " in done.stdout
+    # a flag with no effect is said (issue 23): rank 3 is not in a job of one rank
+    assert "--show-ranks names no rank of this job (ranks 0)" in done.stdout + done.stderr
+    assert "hello from rank 0" not in done.stdout + done.stderr

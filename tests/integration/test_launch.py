@@ -5,7 +5,7 @@ import sys
 import time
 
 import pytest
-from helpers import SCRIPTS, clean_env, free_port, meshrun, reports
+from helpers import SCRIPTS, clean_env, free_port, meshrun, own_lines, reports
 
 pytestmark = pytest.mark.slow
 REPORT = str(SCRIPTS / "report.py")
@@ -54,7 +54,7 @@ def test_two_runs_with_the_seeds_variables(tmp_path):
 
 def _error_line(stderr: str) -> str:
     """The one ``meshrun: error:`` line (the diagnosis comes after it)."""
-    errors = [line for line in stderr.splitlines() if line.startswith("meshrun: error:")]
+    errors = [line for line in own_lines(stderr) if line.startswith("meshrun: error:")]
     assert len(errors) == 1, stderr[-3000:]
     return errors[0]
 

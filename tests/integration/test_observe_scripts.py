@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import SCRIPTS, clean_env
+from helpers import SCRIPTS, clean_env, own_lines
 
 from meshrun.harness import CpuQuota, Nodes, workers_of
 from meshrun.harness import quota_available as available
@@ -145,11 +145,11 @@ SLOW = re.compile(r"meshrun: node 1 \(\S+\) is slow: (\d+\.\d\d)x the median tim
 
 
 def _named(out0: str, out1: str) -> float:
-    lines = [ln for ln in out0.splitlines() if " is slow: " in ln]
+    lines = [ln for ln in own_lines(out0) if " is slow: " in ln]
     assert lines and all(ln.startswith("meshrun: node 1 (") for ln in lines), out0[-3000:]
     match = SLOW.match(lines[0])
     assert match, lines[0]
-    assert any(SLOW.match(ln) for ln in out1.splitlines()), out1[-2000:]   # both consoles
+    assert any(SLOW.match(ln) for ln in own_lines(out1)), out1[-2000:]   # both consoles
     return float(match[1])
 
 

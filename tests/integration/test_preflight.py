@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import SCRIPTS, clean_env, free_port
+from helpers import SCRIPTS, clean_env, free_port, own_lines
 
 pytestmark = pytest.mark.slow
 
@@ -46,7 +46,7 @@ def test_working_copies_differing_in_one_file_stop_both_nodes(tmp_path):
         assert "preflight: node 1 (" in out and "differs from node 0 in: code" in out, out
         assert "REPORT" not in out                         # no worker started
     # node 0's table: the node, the field, both values
-    table = [line for line in out0.splitlines() if line.startswith("  1 (")]
+    table = [line for line in own_lines(out0) if line.startswith("  1 (")]
     assert table and "code" in table[0] and "+ changes" in table[0], out0
     assert "file model.py" in table[1] and "as committed" in table[1], out0
 

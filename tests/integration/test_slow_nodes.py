@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from helpers import SCRIPTS, clean_env, free_port, wait_for_text
+from helpers import SCRIPTS, clean_env, free_port, own_lines, wait_for_text
 
 from meshrun.harness import CpuQuota, Nodes
 from meshrun.harness import quota_available as available
@@ -116,7 +116,7 @@ def test_a_node_throttled_mid_run_is_named_on_every_console_within_30_s(tmp_path
     out0 = (tmp_path / "node0.out").read_text()
     out1 = (tmp_path / "node1.out").read_text()
     assert codes == [0, 0], out0[-3000:] + out1[-3000:]
-    line = next(ln for ln in out0.splitlines() if "is slow" in ln)
+    line = next(ln for ln in own_lines(out0) if "is slow" in ln)
     assert line.startswith("meshrun: node 1 (") and line.endswith("; rank 1"), line
     # straggle.py calls meshrun.arrive(), but the observer's share of time working is the
     # figure compared (the compute time only with MESHRUN_OBSERVE=0)

@@ -746,3 +746,29 @@ def test_a_watch_key_holding_no_watch_is_no_sign_of_life_and_is_named():
     assert "which hosts the job's store, is lost" in line and \
         "its watch (meshrun/watch) last held 'garbage', which is no meshrun value" in line, line
     dog1.stop("stopped")
+
+
+def test_a_hang_timeout_with_nothing_to_watch_is_said_at_the_end_by_node_0_only():
+    """issue 23: a flag that had no effect is said. No rank reported progress for longer than
+    the hang timeout: node 0 says --hang-timeout watched nothing; once a rank reports, or on
+    another node, or in a run shorter than the timeout, nothing is said."""
+    from meshrun import protocol
+
+    clock = Clock()
+    master, dogs, events = _job(2, clock=clock)
+    for dog in dogs:
+        dog.hang_timeout = 2.0
+        dog.begin()
+    _beats(dogs, clock, 1.0)
+    assert dogs[0].unwatched() is None                      # not as long as the timeout yet
+    _beats(dogs, clock, 1.6)
+    note = dogs[0].unwatched()
+    assert note is not None and note.startswith("meshrun: note: --hang-timeout 2 had nothing "
+                                                "to watch") and "meshrun.progress(step)" in note
+    assert dogs[1].unwatched() is None                       # node 0 judges hangs: it says it
+    for rank, value in _coll({0: 3, 1: 3}).items():
+        master.set(protocol.progress_key(rank), value)
+    _beats(dogs, clock, 0.4)
+    assert dogs[0].unwatched() is None and events[0] == []
+    for dog in dogs:
+        dog.stop("done")

@@ -37,6 +37,7 @@ from ..errors import EXIT_STARTUP, MeshrunError, StartupError
 from ..plan import LaunchPlan, brief, describe, ranks_phrase
 from ..redact import redact_text
 from ..reports import bundle
+from ..topology.base import in_spans
 from . import failures
 from .events import EventKind, Goodbye
 from .logs import LogRouter, worker_logs_spec
@@ -93,8 +94,11 @@ def run(plan: LaunchPlan, *, env: Mapping[str, str], max_restarts: int = 0,
     from .rundir import set_aside
 
     earlier = set_aside(plan.log_dir, plan.node_rank, plan.global_ranks)
+    # meshrun's own console lines say whose they are (simulate's relay marks them itself)
+    prefix = f"[node {plan.node_rank}] " if plan.nnodes > 1 and not plan.simulated_workers \
+        else ""
     router = LogRouter(plan.log_dir, plan.node_rank, plan.global_ranks, shown=shown,
-                       timestamps=timestamps)
+                       timestamps=timestamps, prefix=prefix)
     router.install()
     try:
         if verbose:
@@ -107,6 +111,10 @@ def run(plan: LaunchPlan, *, env: Mapping[str, str], max_restarts: int = 0,
         write_start(plan, env)
         if earlier:
             say(f"an earlier run with this run id: its files of this node are in {earlier}")
+        if shown is not None and not any(in_spans(r, shown) for r in range(plan.world_size)):
+            span = "0" if plan.world_size == 1 else f"0-{plan.world_size - 1}"
+            say(f"note: --show-ranks names no rank of this job (ranks {span}): no worker "
+                "output on the console (the rank logs keep it all)")
         for moved in router.moved:
             say(f"kept an earlier run's log as {moved}")
         stopped = False
@@ -271,6 +279,9 @@ def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
                 return EXIT_STARTUP
     finally:
         dog.stop(status)
+        note = dog.unwatched()
+        if note:
+            print(note, file=sys.stderr, flush=True)
     say(f"{'all ' if plan.nproc_per_node > 1 else ''}{_workers(plan.nproc_per_node)} of node "
         f"{plan.node_rank} finished successfully; "
         f"logs in {plan.log_dir}")

@@ -107,9 +107,11 @@ class _Tee(io.TextIOBase):
 
     def _own_line(self, line: str, end: str) -> None:
         """One of meshrun's own lines: stamped in the node log, on the console with
-        ``--timestamps``."""
+        ``--timestamps``, and on the console of a job of several nodes after its node
+        (``[node k] ``: one SLURM output file holds every node's console)."""
         when = stamp()
-        self._console.write((f"{when} {line}" if self._router.timestamps and line else line)
+        shown = f"{self._router.prefix}{line}" if line else line
+        self._console.write((f"{when} {shown}" if self._router.timestamps and line else shown)
                             + end)
         self._router.route(line, when=when)
 
@@ -273,8 +275,9 @@ class LogRouter:
 
     def __init__(self, run_dir: str, node_rank: int, ranks: tuple[int, ...],
                  shown: tuple[tuple[int, int], ...] | None = None,
-                 timestamps: bool = False) -> None:
+                 timestamps: bool = False, prefix: str = "") -> None:
         os.makedirs(run_dir, exist_ok=True)
+        self.prefix = prefix  # before meshrun's own console lines ("[node 1] "); not in the log
         self.shown = shown   # the global ranks whose output reaches the console (None: all)
         self.timestamps = timestamps  # meshrun's own console lines carry the time too
         self.run_dir = run_dir

@@ -64,7 +64,9 @@ class SimulateRequest:
 def node_argv(request: SimulateRequest, cmd: Command, nodes: int, rank: int, port: int,
               run_id: str, workers: int) -> list[str]:
     """``meshrun run`` for simulated node ``rank``; ``workers``: all nodes' workers."""
-    argv = [sys.executable, "-m", "meshrun", "run", "--nnodes", str(nodes), "--node-rank",
+    # -u: each node's lines reach the relay as it writes them, stdout and stderr in their
+    # order (block-buffered stdout arrived in bursts: lines out of order across nodes)
+    argv = [sys.executable, "-u", "-m", "meshrun", "run", "--nnodes", str(nodes), "--node-rank",
             str(rank), "--master-addr", "127.0.0.1", "--master-port", str(port),
             "--run-id", run_id, "--max-restarts", str(request.max_restarts),
             "--simulated-workers", str(workers)]

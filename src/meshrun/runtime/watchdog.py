@@ -318,6 +318,23 @@ class Watchdog(threading.Thread):
             if self._halt.is_set() or self.beat():
                 return
 
+    progress_seen_once = False   # node 0: some rank reported progress; the hang watch armed
+
+    def unwatched(self) -> str | None:
+        """Node 0, at the end of a run longer than ``hang_timeout``: a note when no rank ever
+        reported progress, so that ``--hang-timeout`` had nothing to watch (a script whose
+        process groups meshrun cannot observe and that never calls ``meshrun.progress()``)."""
+        if self.node_rank != 0 or self.hang_timeout <= 0 or self.progress_seen_once:
+            return None
+        began = getattr(self, "_begun_at", None)
+        if began is None or self.clock() - began < self.hang_timeout:
+            return None
+        return (f"meshrun: note: --hang-timeout {self.hang_timeout:g} had nothing to watch: no "
+                "rank reported progress (no collective seen, no meshrun.progress(step) call), "
+                "so a hang would have waited for the process group's own timeout; call "
+                "meshrun.progress(step) once a step (docs/guide.md, \"What meshrun sees of your "
+                "script\")")
+
     def begin(self) -> None:
         """Connect (node 0 also opens its liveness-link hub): what the thread does first.
         Tests call it, then :meth:`beat`, on a clock of their own, without the thread."""
@@ -734,6 +751,7 @@ class Watchdog(threading.Thread):
                       else v for r, v in values.items()}
             if not any(values.values()):
                 return  # nobody reports progress (yet): hang detection is off
+            self.progress_seen_once = True
             # progress is a moved position (a step, a collective issued, a second of work
             # on a CPU), not a new report: a report also refreshes timings
             self._progress_seen, stalled = progress_moved(
