@@ -107,6 +107,8 @@ EXPECTED: dict[str, list[tuple[str, int | None, str | None]]] = {
     "dataloader_shm_bus_error.log": [("shm-too-small", 0, "3f9c2b1e7d44")],
     # DeepSpeed's op builder as its source raises it (deepspeed/ops/op_builder/builder.py)
     "deepspeed_no_cuda_compiler.log": [("deepspeed-no-cuda-compiler", 0, None)],
+    # deepspeed.comm's own lines (comm.py init_distributed, mpi_discovery) under plain python
+    "deepspeed_outside_launcher.log": [("deepspeed-outside-launcher", None, None)],
     # NCCL's error class alone, "Last error:" left empty (NCCL_DEBUG unset): no cause named
     "nccl_unhandled_system_error.log": [("nccl-system-error", 1, None)],
     "checkpoint_disk_full.log": [("disk-full", 0, "gpu-a")],

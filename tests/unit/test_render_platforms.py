@@ -526,7 +526,8 @@ def pods_slurm(spec: RenderSpec, text: str, tmp_path: Path):
     assert sbatch["ntasks-per-node"] == "1"
     done, argv, seen = _run_script(tmp_path, text, "srun", "bash")
     assert done.returncode == 0, done.stderr
-    assert argv[:1] == ["--kill-on-bad-exit=1"]
+    assert argv[:2] == ["--kill-on-bad-exit=1", f"--cpus-per-task={sbatch['cpus-per-task']}"]
+    argv = argv[1:]                      # the step's options: what srun takes, not meshrun
     exported = {k: v for k, v in seen.items() if k not in ("PATH", "FAKE_OUT", "HOME", "PWD",
                                                            "SHLVL", "_", "OLDPWD")}
     for i in range(nodes):
@@ -708,6 +709,9 @@ BAD = [
     ("secret-env-platform-var", "k8s", dict(image=IMAGE, secret_env=["RANK=s:k"]),
      "--secret-env"),
     ("secret-env-bad-key", "k8s", dict(image=IMAGE, secret_env=["A=s:k/y"]), "--secret-env"),
+    ("secret-env-dot-key", "k8s", dict(image=IMAGE, secret_env=["A=s:.."]), "--secret-env"),
+    ("secret-env-twice", "k8s", dict(image=IMAGE, secret_env=["A=s:k", "A=t:k"]),
+     "--secret-env"),
     ("patch-missing", "k8s", dict(image=IMAGE, patch=["no/such/patch.yaml"]), "--patch"),
     ("patch-a-folder", "k8s", dict(image=IMAGE, patch=["tests"]), "--patch"),
     ("patch-not-yaml", "k8s", dict(image=IMAGE, patch=["README.md"]), "--patch"),
@@ -756,6 +760,15 @@ def test_a_patch_merges_named_lists_by_name_replaces_others_and_null_removes():
                        {"name": "sidecar", "image": "s"}],
         "args": ["z"], "keep": 1}
     assert base["containers"][0]["env"] == [{"name": "A", "value": "1"}]   # inputs unchanged
+    # volumeMounts merge by mountPath, as Kubernetes merges them (not by the volume's name)
+    mounted = {"volumeMounts": [{"name": "vol-0", "mountPath": "/mnt/logs"}]}
+    assert merge(mounted, {"volumeMounts": [{"name": "vol-0", "mountPath": "/cfg",
+                                             "subPath": "c"}]})["volumeMounts"] == [
+        {"name": "vol-0", "mountPath": "/mnt/logs"},
+        {"name": "vol-0", "mountPath": "/cfg", "subPath": "c"}]
+    # an item of a keyed list without its key would replace meshrun's list without a word
+    with pytest.raises(UsageError, match="an item of containers has no name"):
+        merge(base, {"containers": [{"imagePullPolicy": "Always"}]})
 
 
 def test_the_patch_reaches_the_object_it_names_and_a_patch_that_names_none_is_refused(tmp_path):
@@ -853,3 +866,13 @@ def test_the_cli_takes_repeated_cluster_flags_and_refuses_them_for_config_target
     err = capsys.readouterr().err
     assert "--volume is for submission files, not accelerate" in err and \
         "[render-flag-not-applicable]" in err
+
+
+def test_docker_mounts_a_log_folder_inside_a_volume_once():
+    """Two mounts at one path stop docker ("Duplicate mount point")."""
+    spec = spec_from_flags("docker", CMD, image=IMAGE, log_dir="/data/logs",
+                           volume=["host:/srv/data:/data"])
+    line = render_platform(spec)
+    assert "-v /srv/data:/data" in line and "/data/logs:/data/logs" not in line
+    alone = render_platform(spec_from_flags("docker", CMD, image=IMAGE, log_dir="/data/logs"))
+    assert "-v /data/logs:/data/logs" in alone

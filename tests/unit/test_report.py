@@ -248,9 +248,12 @@ def test_a_run_without_samples_is_left_out_of_the_scaling_with_a_warning(tmp_pat
 
 def test_records_of_meshrun_log_give_step_times_from_their_times(tmp_path):
     path = Path(_script_run(tmp_path))
+    from meshrun.reports.run_info import stamp_time
+
+    t0 = stamp_time("2026-11-27T10:15:10.000Z x")        # inside the run's span
     (path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in (
-        {"step": 1, "time": 100.0, "loss": 3.0}, {"step": 2, "time": 100.5, "loss": 2.0},
-        {"step": 4, "time": 101.5, "loss": 1.0, "note": "text is fine"})) + "\n")
+        {"step": 1, "time": t0, "loss": 3.0}, {"step": 2, "time": t0 + 0.5, "loss": 2.0},
+        {"step": 4, "time": t0 + 1.5, "loss": 1.0, "note": "text is fine"})) + "\n")
     r = summarize(str(path))
     assert r.step_time_s == 0.5 and r.loss == 1.0 and r.steps == (1, 4)
     assert r.samples_per_s is None                   # not logged: not made up
@@ -279,3 +282,38 @@ def test_meshrun_log_writes_rank_0s_records_and_nothing_outside_meshrun(tmp_path
         meshrun.log({1: 2.0})
     with pytest.raises(TypeError, match="whole number"):
         meshrun.log({"loss": 1.0}, step="3")
+
+
+def test_a_diverged_value_is_missing_not_a_broken_run_and_a_bad_stamp_is_no_time(tmp_path):
+    path = Path(_script_run(tmp_path))
+    (path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in (
+        {"step": 1, "loss": 3.0}, {"step": 2, "loss": "nan"}, {"step": 3, "loss": None},
+        {"step": 4, "loss": 1.5})) + '\n{"step": 5, "loss": NaN}\n')
+    r = summarize(str(path))
+    assert r.steps == (1, 5) and r.loss == 1.5          # the last finite loss
+    with open(path / "node0.log", "a") as log:
+        log.write("2026-13-45T99:99:99.000Z meshrun: a line of another shape\n")
+    assert summarize(str(path)).outcome == "succeeded"    # read, never a traceback
+
+
+def test_a_rerun_s_records_are_told_apart_by_their_time(tmp_path):
+    """meshrun.log's records carry their time: the newest run counts its own, an earlier
+    run (earlier/<n>) takes its own from the run folder's file."""
+    from meshrun.reports.run_info import stamp_time
+
+    path = Path(_script_run(tmp_path))
+    started = stamp_time("2026-11-27T10:15:00.000Z x")
+    early = path / "earlier" / "1"
+    early.mkdir(parents=True)
+    for name in ("plan.node0.json",):
+        (early / name).write_text((path / name).read_text())
+    (early / "node0.log").write_text(
+        "2026-11-27T09:00:00.000Z meshrun 0.1.0\n"
+        "2026-11-27T09:01:00.000Z meshrun: all 2 workers of node 0 finished successfully\n")
+    before = stamp_time("2026-11-27T09:00:30.000Z x")      # inside the earlier run's span
+    rows = [{"step": s, "time": before + s, "loss": 9.0} for s in (1, 2)] + \
+           [{"step": s, "time": started + 10 + s, "loss": 1.0 / s} for s in (1, 2, 3)]
+    (path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    newest, earlier = summarize(str(path)), summarize(str(early))
+    assert (newest.records, newest.loss) == (3, 1.0 / 3)
+    assert (earlier.records, earlier.loss) == (2, 9.0)

@@ -102,16 +102,26 @@ CATALOG: tuple[Signature, ...] = (
          "Linux nodes are the way",
          SETUP, "`use_libuv was requested but PyTorch was built without libuv support`"),
     sig("deepspeed-outside-launcher", "DeepSpeed without a launcher",
-         [r"Not using the DeepSpeed or dist launchers, attempting to detect MPI environment",
-          r"No module named '?mpi4py'?(?:\s|$)"],
+         [r"Not using the DeepSpeed or dist launchers, attempting to detect MPI environment"],
          "deepspeed.init_distributed() found none of the launcher's variables (RANK, WORLD_SIZE, "
          "MASTER_ADDR, LOCAL_RANK): the script was started with plain python, so DeepSpeed "
          "fell back to discovering an MPI job, which needs mpi4py and mpirun",
          "start the script with a launcher that sets them: meshrun run (or deepspeed, "
          "torchrun) on every node; install mpi4py only if the job really is an MPI job",
          SETUP, "DeepSpeed's `Not using the DeepSpeed or dist launchers, attempting to detect "
-         "MPI environment`, `No module named 'mpi4py'`",
-         suppresses=("python-module-missing",)),
+         "MPI environment`",
+         suppresses=("python-module-missing", "mpi4py-missing")),
+    sig("mpi4py-missing", "mpi4py missing",
+         [r"No module named '?mpi4py'?(?:\s|$)"],
+         "mpi4py is not installed: either the job is an MPI job and needs it, or (most often "
+         "in training jobs) the script was started with plain python and DeepSpeed's "
+         "init_distributed(), finding no launcher's variables (RANK, WORLD_SIZE, "
+         "MASTER_ADDR), fell back to discovering an MPI job",
+         "start the script with a launcher that sets those variables (meshrun run, deepspeed, "
+         "torchrun) on every node; install mpi4py (python -m pip install mpi4py) only for a "
+         "job that really runs under mpirun",
+         SETUP, "`No module named 'mpi4py'` (its text names both causes)",
+         suppresses=("python-module-missing",), also=("deepspeed-outside-launcher",)),
     sig("deepspeed-no-cuda-compiler", "DeepSpeed cannot compile its CUDA ops",
          [r"CUDA_HOME does not exist, unable to compile CUDA op\(s\)",
           r"MissingCUDAException"],

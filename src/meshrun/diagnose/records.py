@@ -35,9 +35,6 @@ class Diagnosis:
     priority: int = UNKNOWN        # the code's tier (see TIERS); lower is reported first
     #: the code names a cause (False: only an error class or a victim's view; see Signature)
     names_cause: bool = True
-    #: codes whose cause this one's text names too, as the other possibility (port-in-use:
-    #: a port taken, or a second node started with node 0's rank)
-    also: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not _CODE_RE.match(self.code):

@@ -21,9 +21,12 @@ flag                            what                                          ta
 
 A patch document names the object it patches by ``kind`` (and ``metadata.name`` when
 given); it is merged as Kubernetes' strategic merge does for the common case: mappings
-merge key by key, a list of mappings that all have a ``name`` merges item by item by that
-name (containers, volumes, env, ports, volumeMounts), any other list is replaced, and
-``null`` removes a key. A patch that matches no object is an error, never a silent no-op.
+merge key by key; the lists Kubernetes merges by a key merge item by item by that key
+(containers, initContainers, volumes, env and imagePullSecrets by ``name``, volumeMounts by
+``mountPath``, ports by ``containerPort`` or a Service's ``port``, a TrainJob's
+runtimePatches by ``manager``; :data:`MERGE_KEYS`), a patch item without that key is
+refused, any other list is replaced, and ``null`` removes a key. A patch that matches no
+object is an error, never a silent no-op.
 """
 
 from __future__ import annotations
@@ -177,6 +180,7 @@ def validate_cluster(spec) -> None:
                 _fail(f"{flag} {name!r} is not a Kubernetes object name", flag,
                       "use lowercase letters, digits, '-' and '.'", code="render-bad-value")
     plain = {name for name, _ in spec.env}
+    secret_vars: set[str] = set()
     for var, secret, key in spec.secret_env:
         flag = "--secret-env"
         if not _ENV_NAME.match(var):
@@ -184,16 +188,21 @@ def validate_cluster(spec) -> None:
                   "use VAR=SECRET:KEY with VAR made of letters, digits and '_'",
                   code="render-bad-secret")
         if var in plain:
-            _fail(f"--secret-env {var} is also given by --env", flag, "give it once",
+            again = "given twice" if var in secret_vars else "also given by --env"
+            _fail(f"--secret-env {var} is {again}", flag, "give each variable once",
                   code="render-bad-secret")
         plain.add(var)
+        secret_vars.add(var)
         if not (_DNS1123_SUBDOMAIN.match(secret) and len(secret) <= 253):
             _fail(f"--secret-env {var}: {secret!r} is not a Secret name", flag,
                   "use lowercase letters, digits, '-' and '.'", code="render-bad-secret")
-        if not _SECRET_KEY.match(key):
+        if not _SECRET_KEY.match(key) or key in (".", ".."):
             _fail(f"--secret-env {var}: {key!r} is not a Secret key", flag,
                   "use letters, digits, '-', '_' and '.'", code="render-bad-secret")
     for path, text in spec.patches:
+        if any(ord(c) < 32 or ord(c) == 127 for c in path):
+            _fail(f"--patch path {path!r} holds a control character", "--patch",
+                  "rename the file", code="render-bad-patch")
         patch_documents(path, text)   # parses, or one line naming the file
 
 
@@ -290,7 +299,8 @@ def log_dir_note(spec) -> str | None:
             if kind in ("pvc", "host") and mode == "rw" and \
                     inside.startswith(posixpath.normpath(path).rstrip("/") + "/"):
                 return None
-    example = ("--volume host:/data/logs:/logs --log-dir /logs" if spec.target == "docker"
+    example = ("--log-dir /data/logs (an absolute folder is mounted from the host at the same "
+               "path)" if spec.target == "docker"
                else "--volume pvc:CLAIM:/mnt/logs --log-dir /mnt/logs")
     return (f"the log folder ({where}) is on no volume this file mounts: the node logs and "
             f"the bug-report bundle go with the {'container' if spec.target == 'docker' else 'pod'}; "
@@ -343,33 +353,48 @@ def apply_patches(spec, docs: Sequence[dict]) -> list[dict]:
     return out
 
 
-def merge(base: Any, patch: Any) -> Any:
-    """Strategic-merge-like: see the module docstring. Inputs are not changed."""
+# list fields merged item by item, by their key, as Kubernetes' strategic merge does
+# (patchMergeKey); a field with two candidates takes the one its items carry (a
+# container's ports by containerPort, a Service's by port); any other list is replaced
+MERGE_KEYS: dict[str, tuple[str, ...]] = {
+    "containers": ("name",), "initContainers": ("name",), "volumes": ("name",),
+    "env": ("name",), "imagePullSecrets": ("name",), "replicatedJobs": ("name",),
+    "volumeMounts": ("mountPath",), "ports": ("containerPort", "port"),
+    "runtimePatches": ("manager",),
+}
+
+
+def merge(base: Any, patch: Any, field: str = "") -> Any:
+    """Strategic-merge-like (see the module docstring and :data:`MERGE_KEYS`). Inputs are
+    not changed. A patch item without the key of a keyed list is refused: it would replace
+    or duplicate what meshrun wrote without a word."""
     if isinstance(base, dict) and isinstance(patch, dict):
         out = dict(base)
         for key, value in patch.items():
             if value is None:
                 out.pop(key, None)
             else:
-                out[key] = merge(base.get(key), value)
+                out[key] = merge(base.get(key), value, key)
         return out
-    if isinstance(base, list) and isinstance(patch, list) and _named(base) and _named(patch):
-        out = list(base)
-        for item in patch:
-            at = next((i for i, old in enumerate(out) if old["name"] == item["name"]), None)
-            if at is None:
-                out.append(merge(None, item))
-            else:
-                out[at] = merge(out[at], item)
-        return out
+    if isinstance(base, list) and isinstance(patch, list) and field in MERGE_KEYS and base:
+        key = next((k for k in MERGE_KEYS[field]
+                    if all(isinstance(i, dict) and k in i for i in base)), None)
+        if key is not None:
+            out = list(base)
+            for item in patch:
+                if not isinstance(item, dict) or key not in item:
+                    _fail(f"--patch: an item of {field} has no {key}, which names the item it "
+                          "patches", "--patch", f"give each item of {field} its {key} (a new "
+                          f"one, or one the file already has)", code="render-bad-patch")
+                at = next((i for i, old in enumerate(out) if old[key] == item[key]), None)
+                if at is None:
+                    out.append(merge(None, item))
+                else:
+                    out[at] = merge(out[at], item, field)
+            return out
     if isinstance(patch, dict):
-        return {k: merge(None, v) for k, v in patch.items() if v is not None}
+        return {k: merge(None, v, k) for k, v in patch.items() if v is not None}
     return patch
-
-
-def _named(items: list) -> bool:
-    return bool(items) and all(isinstance(i, dict) and isinstance(i.get("name"), str)
-                               for i in items)
 
 
 __all__ = ["EFFECTS", "VOLUME_KINDS", "apply_patches", "env_from", "log_dir_note", "merge",

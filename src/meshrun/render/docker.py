@@ -42,7 +42,7 @@ def render_docker(spec: RenderSpec) -> str:
     words.append("--network=host")
     if spec.infiniband:
         words += ["--device=/dev/infiniband", "--ulimit", "memlock=-1", "--cap-add=IPC_LOCK"]
-    if spec.log_dir and posixpath.isabs(spec.log_dir):
+    if spec.log_dir and posixpath.isabs(spec.log_dir) and not _under_a_volume(spec):
         words += ["-v", f"{spec.log_dir}:{spec.log_dir}"]
     for _kind, source, path, mode in spec.volumes:   # host folders only (validated)
         words += ["-v", f"{source}:{path}" + (":ro" if mode == "ro" else "")]
@@ -66,6 +66,14 @@ def render_docker(spec: RenderSpec) -> str:
     parts.append(shlex.join([spec.image, *spec.meshrun, *spec.run_args()]))
     lines = ["#!/bin/sh", *spec.header(how), " \\\n  ".join(parts)]
     return "\n".join(lines) + "\n"
+
+
+def _under_a_volume(spec: RenderSpec) -> bool:
+    """The log folder is inside a ``--volume``'s mount path (two mounts at one path would
+    stop docker: "Duplicate mount point")."""
+    inside = posixpath.normpath(spec.log_dir) + "/"
+    return any(inside.startswith(posixpath.normpath(path).rstrip("/") + "/")
+               for _kind, _source, path, _mode in spec.volumes)
 
 
 __all__ = ["render_docker"]

@@ -10,8 +10,9 @@ of the command is single-quoted where it needs quoting, so ``$`` in an argument 
 the training script as written and no per-node value is computed once in the batch
 shell (the classic "every node is rank 0" bug).
 
-``--cpus-per-task`` is always written (``--cpus-per-node``, or 4 per GPU worker and 1
-per CPU worker): clusters that give a task one CPU by default would have the agent, every
+``--cpus-per-task`` is always written, in ``#SBATCH`` and again on ``srun`` (since SLURM
+22.05 a step no longer inherits it) (``--cpus-per-node``, or 4 per GPU worker and 1 per
+CPU worker): clusters that give a task one CPU by default would have the agent, every
 worker and its data loaders share it. ``--setup`` lines (``module load cuda``, ``source
 venv/bin/activate``) run in the batch shell before ``srun``, whose tasks inherit the
 environment they leave (SLURM's default ``--export=ALL``); a failing one stops the script.
@@ -56,7 +57,10 @@ def render_slurm(spec: RenderSpec) -> str:
         # environment this shell has when it reaches srun
         lines += ["", "# set-up (--setup), run once here before srun", "set -e",
                   *spec.setup, "set +e", ""]
-    lines.append(shlex.join(["srun", "--kill-on-bad-exit=1", *spec.meshrun, *spec.run_args()]))
+    # srun does not take --cpus-per-task from sbatch (SLURM >= 22.05): said again for the step
+    cpus = [f"--cpus-per-task={spec.cpus_per_node}"] if spec.cpus_per_node else []
+    lines.append(shlex.join(["srun", "--kill-on-bad-exit=1", *cpus, *spec.meshrun,
+                             *spec.run_args()]))
     return "\n".join(lines) + "\n"
 
 

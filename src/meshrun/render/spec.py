@@ -333,7 +333,8 @@ def default_slurm_cpus(gpus: int, nproc: int) -> tuple[int, str]:
     on a CPU job; said on the console, and written in the regenerate line."""
     cpus = 4 * nproc if gpus else nproc
     why = "4 per GPU worker" if gpus else "1 per worker"
-    return cpus, (f"--cpus-per-node not given: each node asks SLURM for {cpus} CPUs "
+    return cpus, (f"--cpus-per-node not given: each node asks SLURM for {cpus} "
+                  f"CPU{'s' if cpus != 1 else ''} "
                   f"(--cpus-per-task, {why}); pass --cpus-per-node C to change it")
 
 

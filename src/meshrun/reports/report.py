@@ -32,6 +32,7 @@ such a ratio says little.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import statistics
@@ -144,6 +145,12 @@ def _records(path: str) -> list[dict[str, Any]]:
             record = json.loads(line)
         except ValueError:
             record = None
+        if isinstance(record, dict):   # a diverged value ("nan", as meshrun.log writes
+            for key in _NUMBERS:          # it; NaN) or a null: not there, never a broken run
+                value = record.get(key, 0)
+                if value is None or value in _NOT_FINITE or (
+                        isinstance(value, float) and not math.isfinite(value)):
+                    record.pop(key)
         if not (isinstance(record, dict) and isinstance(record.get("step"), int)
                 and not isinstance(record.get("step"), bool)
                 and all(_number(record[k]) for k in _NUMBERS if k in record)):
@@ -157,6 +164,26 @@ def _records(path: str) -> list[dict[str, Any]]:
 
 
 _NUMBERS = ("loss", "step_time_s", "samples_per_s", "time", "mfu", "psnr")
+_NOT_FINITE = ("nan", "inf", "-inf", "NaN", "Infinity", "-Infinity")
+
+
+def _this_runs_records(path: str, info: Any) -> tuple[list[dict[str, Any]], list[str]]:
+    """The records of the run in ``path``. ``metrics.jsonl`` stays in the run folder across
+    reruns under one run id (a resumed run continues its history), so records that carry
+    their time (``meshrun.log``'s) count only inside this run's span, and an earlier run
+    (``<run>/earlier/<n>``) takes its own from the run folder's file. Records without a time
+    (the recipes', one history across resumes) all count for the newest run."""
+    parent = os.path.dirname(os.path.dirname(os.path.normpath(path)))
+    earlier = os.path.basename(os.path.dirname(os.path.normpath(path))) == "earlier"
+    records = _records(path)
+    if not records and earlier:
+        records = [r for r in _records(parent) if "time" in r]
+    if info.started is not None and any("time" in r for r in records):
+        end = info.ended + 5 if info.ended is not None else float("inf")
+        records = [r for r in records if "time" not in r or info.started - 5 <= r["time"] <= end]
+        if earlier:
+            records = [r for r in records if "time" in r]
+    return records, []
 
 
 def _number(value: Any) -> bool:
@@ -184,9 +211,9 @@ def summarize(path: str) -> RunSummary:
     if not os.path.isdir(path):
         raise _fail(path, "is not a folder", "name a run's log folder, <log-dir>/<run-id>")
     plan = _plan(path)
-    records = _records(path)
     info = run_info.read(path)
-    notes = []
+    records, notes = _this_runs_records(path, info)
+    notes: list[str] = []
     steady = [r for r in records if not r.get("first_step")]
     if records and not steady:
         steady = records

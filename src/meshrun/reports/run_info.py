@@ -59,7 +59,10 @@ def stamp_time(line: str) -> float | None:
     m = _STAMP.match(line)
     if not m:
         return None
-    seconds = calendar.timegm(time.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S"))
+    try:
+        seconds = calendar.timegm(time.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:   # the shape of a stamp, not a date (month 13): no time
+        return None
     return seconds + (float("0." + m.group(2)) if m.group(2) else 0.0)
 
 

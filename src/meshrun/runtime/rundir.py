@@ -22,7 +22,10 @@ def set_aside(run_dir: str, node_rank: int, ranks: tuple[int, ...]) -> str | Non
     nothing to move. An empty ``stacks/rank<r>.txt`` (a worker opens one for its stack
     dumps; only a hang or a crash fills it) is removed, not kept. Files that cannot be
     moved stay where they are (never lost, never overwritten: the new run then keeps them
-    aside under its own name, :func:`keep_previous`)."""
+    aside under its own name, :func:`meshrun.runtime.logs.keep_previous`). A node that missed a run (it died
+    before starting) numbers the next one lower than the others do; and a rank file of a
+    rank this node no longer runs (another layout under the same run id) stays where it is:
+    only this node's planned ranks are its to move."""
     names = [n.format(k=node_rank) for n in _NODE_FILES]
     if node_rank == 0:
         names += list(_NODE0_FILES)

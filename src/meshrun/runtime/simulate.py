@@ -155,8 +155,9 @@ def simulate(env: Mapping[str, str], cmd: Command, request: SimulateRequest, *,
         others = [str(r) for r, _ in failed if r != rank]
         said = ""
         if cause is not None and cause.get("node") == rank:
-            said = f"; rank {cause['rank']} failed first" + (
-                f" ({cause['how']})" if cause.get("how") else "") + (
+            how = str(cause.get("how") or "")
+            said = f"; rank {cause['rank']} failed first" + (   # a signal says more than a code
+                f" ({how})" if how.startswith("was killed") else "") + (
                 f": {one_line(cause['line'][:300])}" if cause.get("line") else "")
         print(f"meshrun: simulated node {rank} exited with {code}{said}"
               + (f" (also failed: nodes {', '.join(others)})" if others else ""),
