@@ -28,6 +28,7 @@ from .causes import (
     hang_expand,
     ifname_cause,
     killed_by,
+    local_rank_cause,
     meshrun_fix,
     module_cause,
     nccl_detail,
@@ -79,7 +80,19 @@ CATALOG: tuple[Signature, ...] = (
          "built for numpy 2 (torch >= 2.3); the same on every node",
          unless_warning(SETUP), "`A module that was compiled using NumPy 1.x cannot be run "
          "in NumPy 2`, `_ARRAY_API not found` (advice only in a warning)",
-         suppresses=("numpy-missing",)),
+         suppresses=("numpy-missing", "numpy-unusable")),
+    sig("numpy-unusable", "torch cannot use numpy",
+         [r"RuntimeError: Numpy is not available", r"Failed to initialize NumPy"],
+         "torch cannot use numpy on this rank: numpy is not installed in the workers' "
+         "environment (torch's wheel does not depend on it), or it is numpy 2 and this torch "
+         "(< 2.3) was built against numpy 1.x; torch.distributed's object collectives, "
+         "DataLoader collation of numpy arrays and tensor.numpy() need it",
+         "python -c 'import numpy; print(numpy.__version__)' on every node: install numpy if "
+         "missing; with numpy 2 and torch < 2.3 install 'numpy<2' (or torch >= 2.3)",
+         unless_warning(SETUP), "`RuntimeError: Numpy is not available`, `Failed to "
+         "initialize NumPy` where nothing says numpy is missing (its text names both causes)",
+         confirm=r"\A(?![\s\S]*No module named '?numpy)",
+         suppresses=("python-module-missing",), also=("numpy-missing", "numpy-version-mismatch")),
     sig("numpy-missing", "numpy is not installed",
          [r"RuntimeError: Numpy is not available", r"Failed to initialize NumPy",
           r"No module named '?numpy'?(?:\s|$)"],
@@ -89,10 +102,10 @@ CATALOG: tuple[Signature, ...] = (
          "arrays and tensor.numpy() need it",
          "install numpy in the environment meshrun runs from (python -m pip install numpy), on "
          "every node; a package that needs it should declare it",
-         unless_warning(SETUP), "`RuntimeError: Numpy is not available`, `Failed to "
-         "initialize NumPy`, `No module named 'numpy'` (advice only in torch's import "
+         unless_warning(SETUP), "`No module named 'numpy'`, and `Numpy is not available` / "
+         "`Failed to initialize NumPy` where the log says it (advice only in torch's import "
          "warning: the run may have failed of something else)",
-         suppresses=("python-module-missing",)),
+         confirm=r"No module named '?numpy", suppresses=("python-module-missing",)),
     sig("windows-no-libuv", "torch built without libuv",
          [r"use_libuv was requested but PyTorch was buil[dt] without libuv support"],
          "this torch build has no libuv (the Windows wheels), while the TCPStore asks for its "
@@ -197,12 +210,14 @@ CATALOG: tuple[Signature, ...] = (
          "CPU run: the script forces CUDA; a GPU node: the torch build)",
          suppresses=("cuda-init-failed",)),
     sig("nccl-not-built", "torch without NCCL",
-         [r"Distributed package doesn't have NCCL built in"],
+         [r"Distributed package doesn't have NCCL built in",
+          r"Distributed package doesn't have NCCL \" \"built in"],   # the source line's literals
          nccl_not_built_cause,
          "use the gloo backend where there is no NCCL: backend=os.environ['MESHRUN_BACKEND'] "
          "(meshrun sets gloo on CPU runs) or meshrun.init_distributed(); for GPUs, run on Linux "
          "with a CUDA build of torch",
-         SETUP, "`Distributed package doesn't have NCCL built in`"),
+         SETUP, "`Distributed package doesn't have NCCL built in` (also as the traceback's source "
+         "line writes it, two string literals)"),
     sig("gpu-arch-unsupported", "GPU too new (or old) for the build",
          [r"with CUDA capability (?P<sm>sm_\d+) is not compatible with the current PyTorch",
           r"no kernel image is available for execution on the device"],
@@ -236,13 +251,16 @@ CATALOG: tuple[Signature, ...] = (
          suppresses=("nccl-unhandled-cuda-error", "nccl-internal-error", "cuda-init-failed")),
     sig("nccl-interface-not-found", "NCCL has no usable interface",
          [r"no socket interface found",
-          r"with family \d+ is neither AF_INET\(2\) nor AF_INET6\(10\)"],
+          r"with family \d+ is neither AF_INET\(2\) nor AF_INET6\(10\)",
+          r"WARN Socket creation failed : Address family not supported by protocol"],
          ifname_cause,
          "set NCCL_SOCKET_IFNAME to an interface this node has (ip -br addr), or unset it and "
          "let meshrun choose per node (it names the interface holding the route to the master); "
          "a leading '^' excludes names, '=' matches one exactly",
          SETUP, "NCCL's `Bootstrap : no socket interface found`, `... is neither AF_INET(2) nor "
-         "AF_INET6(10)`", suppresses=("nccl-internal-error", "nccl-system-error")),
+         "AF_INET6(10)`, `WARN Socket creation failed : Address family not supported by "
+         "protocol` (no interface of the family NCCL took)",
+         suppresses=("nccl-internal-error", "nccl-system-error")),
     sig("launcher-env-missing", "started without a launcher",
          [r"environment variable (?P<var>[A-Z_]+) expected, but not set",
           (r"KeyError: '(?P<var>RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|MASTER_ADDR|"
@@ -257,13 +275,12 @@ CATALOG: tuple[Signature, ...] = (
          "(and LOCAL_RANK, WORLD_SIZE, MASTER_PORT)"),
     sig("local-rank-argument", "--local-rank not accepted",
          [r"unrecognized arguments: .*--local[-_]rank(?:[= ]\d+|\s|$)"],
-         "the launcher passed --local-rank=N (torch.distributed.launch since torch 2.0 writes it "
-         "with a dash) but the script's argparse only knows --local_rank, so every worker exits "
-         "with code 2",
+         local_rank_cause,
          "read the local rank from the environment (int(os.environ['LOCAL_RANK'])): meshrun and "
          "torchrun set it and pass no argument; or declare both spellings: "
          "parser.add_argument('--local-rank', '--local_rank', type=int)",
-         SETUP, "`error: unrecognized arguments: --local-rank=0`"),
+         SETUP, "`error: unrecognized arguments: --local-rank=0` (or `--local_rank=0`: an old "
+         "launcher's spelling)"),
     sig("script-crlf", "shell script with Windows line endings",
          [r"\$'\\r': command not found", r"'\\r'\] exits with return code",
           r"bad interpreter: .*\^M", r"\.sh: line \d+: --[\w-]+: command not found"],
@@ -274,6 +291,19 @@ CATALOG: tuple[Signature, ...] = (
          "script.sh) and keep nothing after a line-ending backslash",
          SETUP, "`$'\\r': command not found`, `'\\r'] exits with return code`, `script.sh: line "
          "N: --flag: command not found`", suppresses=("python-module-missing",)),
+    sig("ssh-unreachable", "a launcher cannot ssh to a node",
+         [(r"ssh: connect to host (?P<host>\S+) port \d+: (?:Connection timed out|Connection "
+           r"refused|No route to host)"),
+          r"Permission denied \(publickey", r"Host key verification failed"],
+         lambda h: ("the launcher starts the other nodes over ssh (a hostfile: DeepSpeed's "
+                    "pdsh, a project's own script) and could not log into "
+                    f"{h.group('host') or 'a node'}: no route or port 22 closed, no "
+                    "passwordless key, or an unknown host key"),
+         "set up passwordless ssh from the first node to every host in the hostfile (ssh HOST "
+         "true must work without a prompt), or start one meshrun run on each node instead: "
+         "it needs no ssh",
+         SETUP, "`ssh: connect to host H port 22: Connection timed out|refused`, `Permission "
+         "denied (publickey)`, `Host key verification failed`"),
     sig("hostname-lookup-failed", "`hostname -I` unsupported",
          [r"Command '\['hostname -I'\]' returned non-zero exit status",
           r"hostname: invalid option -- 'I'"],
@@ -283,7 +313,8 @@ CATALOG: tuple[Signature, ...] = (
          "--master-addr) so no discovery runs, or install the Debian/Ubuntu 'hostname' package "
          "whose hostname knows -I",
          SETUP, "`Command '['hostname -I']' returned non-zero exit status`, `hostname: invalid "
-         "option -- 'I'`"),
+         "option -- 'I'`",
+         suppresses=("deepspeed-outside-launcher", "mpi4py-missing")),
     sig("network-download-failed", "cannot reach the download host",
          [r"Failed to resolve '(?P<site>[^']+)'",
           r"HTTPSConnectionPool\(host='(?P<site>[^']+)', port=\d+\): Max retries exceeded",
@@ -411,6 +442,15 @@ CATALOG: tuple[Signature, ...] = (
          confirm=r"(?:trying to connect to \(|failed to connect to \(?|to host |master address )"
                  r"\[?{target}\b",
          suppresses=("rendezvous-connection-error", "master-unreachable")),
+    sig("master-dns-failure", "master address does not resolve",
+         [(r"network addresses of \((?P<target>[^,()]+), (?P<port>\d+)\) cannot be retrieved "
+           r"\(gai error: -3 - Temporary failure in name resolution\)")],
+         dns_cause,
+         meshrun_fix("make the name resolve on every node (getent hosts NAME; a machine's own "
+                      "host name in /etc/hosts), or pass node 0's IP address as --master-addr"),
+         SETUP, "torch's `cannot be retrieved (gai error: -3 - Temporary failure in name "
+         "resolution)`: the lookup itself failed (not only the IPv6 record missing)",
+         suppresses=("rendezvous-connection-error", "master-unreachable")),
     sig("address-family-mismatch", "IPv4/IPv6 mismatch",
          [r"gaierror: \[Errno -9\] Address family for hostname not supported",
           r"(?:OSError|socket\.error): \[Errno 97\] Address family not supported by protocol",
@@ -466,10 +506,20 @@ CATALOG: tuple[Signature, ...] = (
           r"(?P<free>[\d.]+ [KMGT]?i?B|0 bytes) is free)?"
           r"(?: \(GPU (?P<gpu_old>\d+); (?P<total_old>[\d.]+ [KMGT]?i?B) total capacity; "
           r"[^;]*; (?P<free_old>[\d.]+ [KMGT]?i?B) free)?"),
-          r"CUDA error: out of memory", r"CUBLAS_STATUS_ALLOC_FAILED"],
+          r"CUBLAS_STATUS_ALLOC_FAILED"],
          oom_cause, oom_fix,
-         FAULT, "`torch.OutOfMemoryError: CUDA out of memory. Tried to allocate X`, `CUDA error: "
-         "out of memory`, `CUBLAS_STATUS_ALLOC_FAILED`"),
+         FAULT, "`torch.OutOfMemoryError: CUDA out of memory. Tried to allocate X`, "
+         "`CUBLAS_STATUS_ALLOC_FAILED`"),
+    sig("cuda-alloc-failed", "the CUDA runtime could not allocate",
+         [r"CUDA error: out of memory"],
+         "the CUDA runtime itself could not allocate memory (not torch's caching allocator, "
+         "which says how much it tried): the GPU is full or held by other processes, the "
+         "context did not fit, or under WSL2 the memory given to the VM ran out",
+         "check nvidia-smi for other processes on the GPU and the memory the job needs; "
+         "under WSL2 raise memory= in .wslconfig; rerun with CUDA_LAUNCH_BLOCKING=1 to see "
+         "which call failed",
+         FAULT, "the CUDA runtime's `CUDA error: out of memory` (its causes differ: it names "
+         "where to look)", names_cause=False),
     sig("host-oom-killed", "killed (host out of memory)",
          [r"Signal 9 \(SIGKILL\) received by PID", r"^\s*exitcode\s*:\s*-9 \(pid",
           r"failed \(exitcode: -9\) local_rank", r"exits with return code = -9\b",
@@ -519,7 +569,7 @@ CATALOG: tuple[Signature, ...] = (
           r"failed \(exitcode: -7\) local_rank", r"exits with return code = -7\b",
 
           r"Error while creating shared memory segment", (r"unable to (?:open|allocate) shared "
-          r"memory")],
+          r"memory"), r"failed to extend /dev/shm/\S+ to \d+ bytes"],
          "/dev/shm is too small for the DataLoader workers, their semaphores, or NCCL's "
          "shared-memory transport: "
          "containers get 64 MB by default",
@@ -542,11 +592,23 @@ CATALOG: tuple[Signature, ...] = (
     sig("disk-full", "disk full",
          [r"\[Errno 28\] No space left on device: '(?P<path>[^']+)'", r"No space left on device",
           r"Disk quota exceeded", r"\[Errno 122\]",
-          r"write\(\): fd \d+ failed with (?:Input/output error|No space left)"],
+          r"write\(\): fd \d+ failed with (?:Input/output error|No space left)",
+          r"PytorchStreamWriter failed writing file \S+: file write failed"],
          space_cause,
          "free space or write checkpoints elsewhere (--checkpoint-dir on a larger filesystem); "
          "keep fewer checkpoints; check df -h and quotas on every node",
-         FAULT, "`No space left on device`, `Disk quota exceeded`"),
+         FAULT, "`No space left on device`, `Disk quota exceeded`, torch.save's "
+         "`PytorchStreamWriter failed writing file ...: file write failed` (a write that fails "
+         "half way: the disk or quota ran out)"),
+    sig("checkpoint-unwritable", "a checkpoint file cannot be created",
+         [r"RuntimeError: File (?P<path>\S+) cannot be opened\.?$"],
+         lambda h: (f"torch.save could not create {h.group('path') or 'the checkpoint file'}: "
+                    "its folder does not exist (save does not create folders), this process may "
+                    "not write there, or the disk is full"),
+         "create the folder first (os.makedirs(folder, exist_ok=True)), check its permissions "
+         "and the free space (df -h) on every node that saves",
+         FAULT, "torch.save's `RuntimeError: File X cannot be opened.` (its text names the three "
+         "causes)", also=("disk-full",)),
     sig("too-many-open-files", "too many open files",
          [r"Too many open files", r"\[Errno 24\]", r"received \d+ items of ancdata"],
          "the process hit its open-file limit: DataLoader workers pass tensors through file "

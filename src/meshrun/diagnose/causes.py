@@ -346,3 +346,13 @@ def port_cause(hit: Hit) -> str:
         return text          # meshrun checked the port itself: nothing else binds it
     return text + ("; or a second node was started with node 0's rank (each node needs its "
                    "own NODE_RANK / --node-rank) and tried to open the job's store too")
+
+
+def local_rank_cause(hit: Hit) -> str:
+    if "--local_rank" in hit.match.group(0):
+        return ("a launcher passed --local_rank=N (torch.distributed.launch, deprecated, or a "
+                "launch script of its kind) and the script's argparse does not declare it, so "
+                "every worker exits with code 2")
+    return ("the launcher passed --local-rank=N (torch.distributed.launch since torch 2.0 "
+            "writes it with a dash) but the script's argparse only knows --local_rank, so every "
+            "worker exits with code 2")
