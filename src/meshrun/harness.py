@@ -446,21 +446,27 @@ class CpuQuota:
         return 0.0
 
     def __exit__(self, *exc) -> None:
-        try:
-            with open(os.path.join(self.path, "cgroup.procs")) as handle:
-                pids = handle.read().split()
-        except OSError:
-            pids = []
-        for pid in pids:
+        # a process killed a moment ago (a node's workers) can still be in the group, or a
+        # dying parent can still be forking into it: empty it and remove it, a few times
+        for _ in range(40):
             try:
-                with open(os.path.join(CGROUP_CPU, "cgroup.procs"), "w") as handle:
-                    handle.write(pid)
+                with open(os.path.join(self.path, "cgroup.procs")) as handle:
+                    pids = handle.read().split()
             except OSError:
-                pass
-        try:
-            os.rmdir(self.path)
-        except OSError:
-            pass
+                pids = []
+            for pid in pids:
+                try:
+                    with open(os.path.join(CGROUP_CPU, "cgroup.procs"), "w") as handle:
+                        handle.write(pid)
+                except OSError:
+                    pass
+            try:
+                os.rmdir(self.path)
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                time.sleep(0.05)
 
     def _write(self, name: str, value: int) -> None:
         with open(os.path.join(self.path, name), "w") as handle:
