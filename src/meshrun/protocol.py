@@ -274,7 +274,10 @@ class Endpoint:
 
     @classmethod
     def decode(cls, raw: bytes | str) -> Endpoint:
+        """Raises ValueError for a value that is not one (it names what it got)."""
         host, _, port = text(raw).rpartition(" ")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"not a workers' endpoint ('HOST PORT'): {text(raw)[:80]!r}")
         return cls(host, int(port))
 
 

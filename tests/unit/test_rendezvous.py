@@ -247,3 +247,18 @@ def test_a_rank_held_by_a_live_node_is_a_duplicate_after_the_wait(master):
     assert 0.9 < time.monotonic() - start < 5
     claim = protocol.NodeClaim.decode(master.get(protocol.node_key(2)))
     assert claim.host == "h2"                # the live node keeps its claim
+
+
+def test_a_workers_endpoint_written_by_something_else_is_named_not_a_traceback(master):
+    """issue 21: a value in a round's key that node 0 did not write (a stranger's) ends the
+    round with one line naming the key and what it held."""
+    master.set(protocol.round_workers_key(0), "no port here")
+    master.set(protocol.round_ready_key(0), "1")
+    calls = _client(master)
+    with pytest.raises(RoundError) as info:
+        next_round(calls, _plan(1, 2), Rounds())
+    calls.close(1.0)
+    assert "meshrun/" in str(info.value) and "'no port here'" in str(info.value)
+    assert "something else writes to this job's store" in str(info.value)
+    with pytest.raises(ValueError, match="not a workers' endpoint"):
+        protocol.Endpoint.decode("10.0.0.1 99999")

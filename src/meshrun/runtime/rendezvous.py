@@ -135,7 +135,12 @@ def next_round(calls: Any, plan: LaunchPlan, rounds: Rounds, *,
             calls.wait(ready, timedelta(seconds=_SLICE_S))
         except RuntimeError:  # torch's wait timed out: a slice ended, look again
             pass              # (a bounded call that gave up, CallTimeout, goes up)
-    endpoint = protocol.Endpoint.decode(calls.get(protocol.round_workers_key(rnd)))
+    key = protocol.round_workers_key(rnd)
+    try:
+        endpoint = protocol.Endpoint.decode(calls.get(key))
+    except ValueError as exc:   # something other than node 0 wrote it: say what, and where
+        raise RoundError(f"rendezvous round {rnd}: {key} holds no endpoint node 0 wrote "
+                         f"({exc}; something else writes to this job's store)") from None
     with rounds.lock:
         rounds.current = rnd
         rounds.wanted = max(rounds.wanted, rnd)
