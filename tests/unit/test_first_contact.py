@@ -208,17 +208,20 @@ def test_meshruns_own_lines_carry_the_time_in_the_node_log_and_with_timestamps_o
         tee._console = console
         try:
             tee.write("meshrun: rank 0 on node 0 (gpu-a) exited with code 1\n")
-            tee.write("[rank0]: RuntimeError: CUDA error: out of memory\n")
+            tee.write("[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+                      "2.00 GiB\n")
         finally:
             tee.finish()
             router.close()
         own, worker = (folder / "node0.log").read_text().splitlines()
         assert stamped.match(own) and own.endswith("meshrun: rank 0 on node 0 (gpu-a) exited "
                                                    "with code 1"), own
-        assert worker == "[rank0]: RuntimeError: CUDA error: out of memory"
+        assert worker == ("[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to "
+                          "allocate 2.00 GiB")
         shown = console.getvalue().splitlines()
         assert bool(stamped.match(shown[0])) is timestamps and not stamped.match(shown[1])
-        assert (folder / "rank0.log").read_text() == "RuntimeError: CUDA error: out of memory\n"
+        assert (folder / "rank0.log").read_text() == ("torch.OutOfMemoryError: CUDA out of "
+                                                      "memory. Tried to allocate 2.00 GiB\n")
         (found,) = diagnose_text((folder / "node0.log").read_text())
         assert (found.code, found.rank, found.host) == ("cuda-oom", 0, "gpu-a")
 
