@@ -167,18 +167,13 @@ def _tear_down() -> None:
     observer = sys.modules.get("meshrun.worker.observe")
     if observer is not None:
         observer.stop()  # no sample may hold the group while it is destroyed
+    gc.collect()
     dist = sys.modules.get("torch.distributed")
     try:
-        if dist is None or not dist.is_available() or not dist.is_initialized():
-            return  # the script destroyed its group (or had none): nothing left to end in order
-    except Exception:  # noqa: BLE001 - the run succeeded; its exit must not fail it
-        return
-    # Two full collections cost 0.1-0.5 s of CPU with torch loaded: only where a group is left
-    gc.collect()
-    try:
-        from .leave import destroy_process_group
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            from .leave import destroy_process_group
 
-        destroy_process_group()  # with every rank: none exits while another tears down
+            destroy_process_group()  # with every rank: none exits while another tears down
     except Exception:  # noqa: BLE001, S110 - the run succeeded; its exit must not fail it
         pass
     gc.collect()
