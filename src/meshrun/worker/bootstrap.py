@@ -161,7 +161,10 @@ def _tear_down() -> None:
     (:func:`meshrun.worker.leave.destroy_process_group`: nobody exits while another is still
     tearing down, the race's other half), ends those threads in order. It
     runs as the last atexit handler: the script's threads are joined and its own handlers
-    have run, the interpreter is still whole."""
+    have run, the interpreter is still whole. The collections run even when the script
+    destroyed its group itself (accelerate's ``end_training`` does): what still holds gloo
+    objects must go while the interpreter is whole (skipping them there to save their
+    0.1-0.5 CPU-s brought the abort back, once in a fresh-clone run)."""
     import gc
 
     observer = sys.modules.get("meshrun.worker.observe")
