@@ -876,3 +876,12 @@ def test_docker_mounts_a_log_folder_inside_a_volume_once():
     assert "-v /srv/data:/data" in line and "/data/logs:/data/logs" not in line
     alone = render_platform(spec_from_flags("docker", CMD, image=IMAGE, log_dir="/data/logs"))
     assert "-v /data/logs:/data/logs" in alone
+
+
+def test_a_patch_that_is_a_fifo_is_refused_before_it_is_opened(tmp_path):
+    """Opening a FIFO blocks until a writer comes: it must never be opened."""
+    fifo = tmp_path / "patch.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(UsageError, match="not a regular file") as info:
+        spec_from_flags("k8s", CMD, image=IMAGE, patch=[str(fifo)])
+    assert info.value.code == "render-bad-patch"

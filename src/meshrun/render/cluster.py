@@ -34,9 +34,9 @@ from __future__ import annotations
 import posixpath
 import re
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import Any
 
-from ..errors import UsageError
+from .spec import _fail
 
 VOLUME_KINDS = ("pvc", "host", "secret", "configmap")
 EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
@@ -44,10 +44,6 @@ _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-
 _LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-def _fail(message: str, flag: str, hint: str, code: str = "render-bad-value") -> NoReturn:
-    raise UsageError(message, subject=flag, hint=hint, code=code)
 
 
 # --- the flags' words -> typed tuples ------------------------------------------------------

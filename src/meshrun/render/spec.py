@@ -338,24 +338,26 @@ def default_slurm_cpus(gpus: int, nproc: int) -> tuple[int, str]:
                   f"(--cpus-per-task, {why}); pass --cpus-per-node C to change it")
 
 
-def _read_patch(path: str) -> str:
-    import os
+PATCH_MAX_BYTES = 1 << 20   # a patch holds the fields to change: 1 MiB is no patch
 
+
+def _read_patch(path: str) -> str:
+    """The text of ``--patch`` file ``path``: a regular file of at most 1 MiB, UTF-8 (a FIFO
+    or a device is refused before it is opened: it could block forever)."""
+    from ..outfile import regular_file_or_refuse
+
+    what = "the path of a YAML file of at most 1 MiB"
     try:
-        if os.path.isdir(path):
-            raise IsADirectoryError(path)
+        regular_file_or_refuse(path, "--patch", PATCH_MAX_BYTES, code="render-bad-patch",
+                               what=what)
         with open(path, "rb") as f:
-            data = f.read(1_000_001)
+            data = f.read(PATCH_MAX_BYTES + 1)
+        return data.decode("utf-8")
     except OSError as exc:
         _fail(f"--patch {path} cannot be read ({exc.strerror or exc})", "--patch",
-              "give the path of a YAML file", code="render-bad-patch")
-    if len(data) > 1_000_000:
-        _fail(f"--patch {path} is over 1 MB", "--patch", "a patch holds only the fields to "
-                                                       "change", code="render-bad-patch")
-    try:
-        return data.decode("utf-8")
+              f"give {what}", code="render-bad-patch")
     except UnicodeDecodeError:
-        _fail(f"--patch {path} is not UTF-8 text", "--patch", "give the path of a YAML file",
+        _fail(f"--patch {path} is not UTF-8 text", "--patch", f"give {what}",
               code="render-bad-patch")
 
 

@@ -112,9 +112,7 @@ def write_cause(plan: LaunchPlan, cause: Any) -> None:
         return
     import time
 
-    try:
-        path = os.path.join(plan.log_dir, f"cause.node{plan.node_rank}.json")
-        with open(path, "w", encoding="utf-8") as handle:
-            json.dump({**json.loads(cause.encode()), "time": time.time()}, handle)
-    except (OSError, ValueError):
-        pass
+    from ..runtime.supervise import write_atomically
+
+    write_atomically(os.path.join(plan.log_dir, f"cause.node{plan.node_rank}.json"),
+                     json.dumps({**json.loads(cause.encode()), "time": time.time()}))

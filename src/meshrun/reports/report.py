@@ -167,7 +167,7 @@ _NUMBERS = ("loss", "step_time_s", "samples_per_s", "time", "mfu", "psnr")
 _NOT_FINITE = ("nan", "inf", "-inf", "NaN", "Infinity", "-Infinity")
 
 
-def _this_runs_records(path: str, info: Any) -> tuple[list[dict[str, Any]], list[str]]:
+def _this_runs_records(path: str, info: Any) -> list[dict[str, Any]]:
     """The records of the run in ``path``. ``metrics.jsonl`` stays in the run folder across
     reruns under one run id (a resumed run continues its history), so records that carry
     their time (``meshrun.log``'s) count only inside this run's span, and an earlier run
@@ -183,7 +183,7 @@ def _this_runs_records(path: str, info: Any) -> tuple[list[dict[str, Any]], list
         records = [r for r in records if "time" not in r or info.started - 5 <= r["time"] <= end]
         if earlier:
             records = [r for r in records if "time" in r]
-    return records, []
+    return records
 
 
 def _number(value: Any) -> bool:
@@ -212,7 +212,7 @@ def summarize(path: str) -> RunSummary:
         raise _fail(path, "is not a folder", "name a run's log folder, <log-dir>/<run-id>")
     plan = _plan(path)
     info = run_info.read(path)
-    records, notes = _this_runs_records(path, info)
+    records = _this_runs_records(path, info)
     notes: list[str] = []
     steady = [r for r in records if not r.get("first_step")]
     if records and not steady:

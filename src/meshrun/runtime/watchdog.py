@@ -326,9 +326,8 @@ class Watchdog(threading.Thread):
         process groups meshrun cannot observe and that never calls ``meshrun.progress()``)."""
         if self.node_rank != 0 or self.hang_timeout <= 0 or self.progress_seen_once:
             return None
-        began = getattr(self, "_begun_at", 0.0)
-        if not began or self.clock() - began < self.hang_timeout:   # 0.0: never connected
-            return None
+        if not self._begun_at or self.clock() - self._begun_at < self.hang_timeout:
+            return None   # never connected (0.0), or a run shorter than the timeout
         return (f"meshrun: note: --hang-timeout {self.hang_timeout:g} had nothing to watch: no "
                 "rank reported progress (no collective seen, no meshrun.progress(step) call), "
                 "so a hang would have waited for the process group's own timeout; call "
