@@ -32,7 +32,7 @@ ALLOWED = {
     "nccl": {"errors", "facts", "plan"},
     "plan": {"errors", "redact", "topology", "facts", "job", "nccl"},
     "diagnose": {"errors", "redact"},
-    "render": {"errors", "topology", "plan", "job"},
+    "render": {"errors", "topology", "plan", "job", "outfile"},  # --patch read via outfile
     "reports": {"errors", "redact", "plan", "diagnose", "runtime"},
     "worker": {"errors", "job", "protocol", "sockets"},
     "recipes": {"errors", "job", "worker"},
