@@ -53,7 +53,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from meshrun.harness import CpuQuota, Nodes, clean_env, workers_of
+from meshrun.harness import CpuQuota, Nodes, clean_env, own_lines, workers_of
 from meshrun.harness import quota_available as available
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -95,6 +95,7 @@ LAYOUTS = {
 
 
 NODE_SHARE = [0.9]   # of the host's cores, shared by the nodes (--node-share)
+TRACE: list[str | None] = [None]   # --trace: a folder for every rank's progress values
 
 
 def node_cpus(nnodes: int, nproc: int) -> float:
@@ -119,6 +120,7 @@ class Job:
                            log_dir=folder / "logs",
                            before_start=lambda k, proc: self.groups[k].add(proc.pid))
         self.samples: list[tuple[float, int]] = []   # (monotonic, rank 0's collectives)
+        self.trace: list[tuple[float, dict[int, str]]] = []  # (monotonic, every rank's value)
 
     def __enter__(self) -> Job:
         self.job.__enter__()
@@ -176,10 +178,15 @@ class Job:
                     if store is None:
                         store = TCPStore("127.0.0.1", self.nodes.port, is_master=False,
                                          timeout=timedelta(seconds=2), wait_for_workers=False)
-                    if store.check([protocol.progress_key(0)]):
-                        p = protocol.Progress.decode(store.get(protocol.progress_key(0)))
+                    world = self.nnodes * self.layout.nproc
+                    keys = [protocol.progress_key(r) for r in range(world)]
+                    if store.check(keys):
+                        values = [protocol.text(v) for v in store.multi_get(keys)]
+                        now = time.monotonic()
+                        self.trace.append((now, dict(enumerate(values))))
+                        p = protocol.Progress.decode(values[0])
                         if p.coll >= 0:
-                            self.samples.append((time.monotonic(), p.coll))
+                            self.samples.append((now, p.coll))
                 except Exception:  # noqa: BLE001 - the store not up yet, or gone
                     store = None
                 stop.wait(0.5)
@@ -197,7 +204,7 @@ class Job:
 
 
 def _lines(text: str, what: str) -> list[str]:
-    return [ln for ln in text.splitlines() if what in ln and ln.startswith("meshrun: ")]
+    return [ln for ln in own_lines(text) if what in ln and ln.startswith("meshrun: ")]
 
 
 def _wait(job: Job, until, seconds: float) -> float | None:
@@ -237,6 +244,10 @@ def slow(name: str, nnodes: int, factor: float, warm: float, seconds: float) -> 
         ratio = re.search(r"is slow: ([\d.]+)x", named[0]) if named else None
         summary = job.steps() or {}
         shares = {n["node"]: n.get("work_share") for n in summary.get("nodes", [])}
+        if TRACE[0]:   # every rank's progress values, to replay the rule offline
+            Path(TRACE[0]).mkdir(parents=True, exist_ok=True)
+            Path(TRACE[0], f"{name}-{nnodes}-{factor:g}.json").write_text(json.dumps(
+                {"cut": cut, "nproc": job.layout.nproc, "trace": job.trace}))
         return {**row, "true_slowdown": round(before / after, 2) if before and after else None,
                 "line_ratio": float(ratio[1]) if ratio else None,
                 "named_after_s": round(took, 1) if took is not None else None,
@@ -420,7 +431,10 @@ def main() -> int:
     parser.add_argument("--node-share", type=float, default=0.9,
                         help="the part of the host's cores the nodes' quotas add up to")
     parser.add_argument("--json", metavar="PATH")
+    parser.add_argument("--trace", metavar="DIR",
+                        help="slow: keep every rank's progress values (twice a second) there")
     a = parser.parse_args()
+    TRACE[0] = a.trace
     SHARES[0], NODE_SHARE[0] = a.shares, a.node_share
     why = available()
     if why and a.part != "cost":

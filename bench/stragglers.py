@@ -39,7 +39,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from meshrun.harness import CpuQuota, Nodes, clean_env, free_port
+from meshrun.harness import CpuQuota, Nodes, clean_env, free_port, own_lines
 from meshrun.harness import quota_available as available
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -96,7 +96,7 @@ def detect(nodes: int, factor: float, seconds: float, onset: float | None = None
             throttled = quota.throttled_s()
         if slowed:
             first = slowed[0]
-        lines = [ln for ln in outs[0].splitlines() if " is slow: " in ln]
+        lines = [ln for ln in own_lines(outs[0]) if " is slow: " in ln]
         slow = nodes - 1
         right = [ln for ln in lines if ln.startswith(f"meshrun: node {slow} (")]
         rows = json.loads((folder / "logs" / "b" / "node_steps.json").read_text())["nodes"]

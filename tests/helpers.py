@@ -17,6 +17,7 @@ from meshrun.harness import (  # noqa: F401
     clean_env,
     free_port,
     neutral,
+    own_lines,
     signal_tree,
     tree,
     wait_for_text,
@@ -35,14 +36,6 @@ def meshrun(*args: str, env: dict | None = None, cwd=None, timeout: float = 120,
                                              done.stderr[-3000:])
     return done
 
-
-_NODE_PREFIX = re.compile(r"^\[node \d+\] ", re.M)
-
-
-def own_lines(text: str) -> list[str]:
-    """``text``'s lines without the ``[node k] `` a node of several puts before meshrun's own
-    console lines (runtime/logs.py)."""
-    return _NODE_PREFIX.sub("", text).splitlines()
 
 
 def reports(text: str) -> list[dict]:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import re
 import signal as signals
 import socket
 import subprocess
@@ -208,6 +209,15 @@ def wait_for_text(path: Path, text: str, timeout: float,
             except FileNotFoundError:
                 return None
         time.sleep(poll)
+
+
+_NODE_PREFIX = re.compile(r"^\[node \d+\] ", re.M)
+
+
+def own_lines(text: str) -> list[str]:
+    """``text``'s lines without the ``[node k] `` that a node of a job of several puts before
+    meshrun's own console lines (runtime/logs.py): what a test or a benchmark matches on."""
+    return _NODE_PREFIX.sub("", text).splitlines()
 
 
 def meshrun_argv(*args: str) -> list[str]:
