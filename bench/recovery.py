@@ -1,7 +1,7 @@
 """Effective training time when nodes die (issue 20): meshrun's spares against a job restart
 and torchrun's elastic shrink, in one harness, on simulated nodes on this machine.
 
-    python bench/recovery.py [--modes ff,today,spare,torchrun,torchrun-lc1] [--steps 3000]
+    python bench/recovery.py [--modes ff,today,spare,shrink,torchrun,torchrun-lc1] [--steps 3000]
                              [--kills 5] [--every 120] [--back 30] [--freeze 3] [--seed 1]
                              [--json out.json]
     python bench/recovery.py --markdown out.json        # the table of docs/benchmarks.md
@@ -21,6 +21,10 @@ SIGKILLed then). Modes:
   scheduler's restart), and it resumes from the checkpoint;
 * ``spare``: `meshrun run --spares 1` on 5 nodes: the spare takes the lost node's seat and
   every node resumes from the checkpoint; the node, started again, waits as a spare;
+* ``shrink``: `meshrun run --nnodes 3:4` on 4 nodes, no spare: the job goes on with 3 nodes
+  from the checkpoint; the node, started again, is taken back at once (the script is not
+  a recipe: meshrun cannot see its checkpoints) and every node resumes from the checkpoint
+  in a world of 4 again;
 * ``torchrun`` / ``torchrun-lc1``: ``torchrun --nnodes 3:4 --rdzv-backend c10d
   --max-restarts 100`` with its defaults / with ``last_call_timeout=1``: it goes on with 3
   nodes and takes the 4th back when it returns.
@@ -137,7 +141,8 @@ def run_mode(mode: str, args: argparse.Namespace, out: Path) -> dict:
     rng = random.Random(args.seed)
     when = [] if mode == "ff" else schedule(args.kills, args.every, args.seed)
     command = ["--", str(JOB)]
-    spares = ["--spares", "1"] if mode == "spare" else []
+    spares = (["--spares", "1"] if mode == "spare" else
+              ["--nnodes", f"{NODES - 1}:{NODES}"] if mode == "shrink" else [])
     nnodes = NODES + (1 if mode == "spare" else 0)
 
     def meshrun_job(attempt: int) -> Nodes:
@@ -294,7 +299,7 @@ def markdown(data: dict) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--modes", default="ff,today,spare,torchrun,torchrun-lc1")
+    parser.add_argument("--modes", default="ff,today,spare,shrink,torchrun,torchrun-lc1")
     parser.add_argument("--steps", type=int, default=3000)
     parser.add_argument("--kills", type=int, default=5)
     parser.add_argument("--every", type=float, default=120.0)

@@ -201,45 +201,63 @@ def _need(module: str) -> None:
 
 
 @pytest.mark.parametrize("framework", ["hf-trainer", "lightning"])
-def test_a_users_trainer_script_goes_on_through_a_spare_s_takeover(tmp_path, framework):
+def test_a_users_trainer_script_goes_on_through_a_takeover_and_a_shrink(tmp_path, framework):
     """The HF Trainer and Lightning scripts of tests/integration/user_scripts, resuming from
     their own newest checkpoint when started (what docs/elastic.md says each framework
-    needs): node 1 SIGKILLed once a checkpoint exists; the spare takes its seat and both
-    seated nodes finish, each rank reporting the world of 2 it trained in."""
+    needs), on 4 nodes with --spares 1 and --nnodes 2:4: node 1 SIGKILLed once a checkpoint
+    exists, spare 3 takes its seat (world 3); node 2 SIGKILLed once a newer checkpoint
+    exists, no spare is left and the job shrinks to 2 nodes; both finish, each rank
+    reporting the world of 2 it ended in."""
     if framework == "hf-trainer":
         _need("transformers")
         script = [str(USER_SCRIPTS / "hf_trainer_gpt2.py"), str(tmp_path / "out")]
         env = clean_env(HF_STEPS="60", HF_SAVE_STEPS="5", HF_RESUME="0", HF_RESUME_LAST="1",
                         OMP_NUM_THREADS="1")
-        saved = lambda: any((tmp_path / "out").glob("checkpoint-*/trainer_state.json"))  # noqa: E731
+
+        def saved() -> float:
+            done = [int(p.parent.name.split("-")[1])
+                    for p in (tmp_path / "out").glob("checkpoint-*/trainer_state.json")]
+            return max(done, default=-1)
     else:
         _need("lightning")
         script = [str(USER_SCRIPTS / "lightning_ddp.py")]
         env = clean_env(LIGHTNING_STEPS="600", LIGHTNING_CKPT_DIR=str(tmp_path / "ckpt"),
                         OMP_NUM_THREADS="1")
-        saved = lambda: (tmp_path / "ckpt" / "last.ckpt").exists()  # noqa: E731
-    nodes = Nodes(tmp_path, ["--", *script], nnodes=3, run_id="fw",
-                  extra=[*FAST, "--spares", "1"], env=env)
-    with nodes:
+
+        def saved() -> float:
+            last = tmp_path / "ckpt" / "last.ckpt"
+            return last.stat().st_mtime_ns if last.exists() else -1
+
+    def newer_than(mark: float, alive: tuple[int, ...]) -> float:
         deadline = time.monotonic() + 150
-        while not saved():
-            assert time.monotonic() < deadline and all(p.poll() is None for p in nodes.procs), \
-                nodes.outputs()[-4000:]
+        while (now := saved()) <= mark:
+            assert time.monotonic() < deadline and all(nodes.procs[k].poll() is None
+                                                       for k in alive), nodes.outputs()[-4000:]
             time.sleep(0.05)
+        return now
+
+    nodes = Nodes(tmp_path, ["--", *script], nnodes=4, run_id="fw",
+                  extra=[*FAST, "--spares", "1", "--nnodes", "2:4"], env=env)
+    with nodes:
+        mark = newer_than(-1, (0, 1, 2, 3))
         nodes.crash(1)
-        assert nodes.wait_for("spare node 2 takes its seat", node=0, timeout=30,
-                              alive=(0, 2)) is not None, \
-            nodes.outputs()[-4000:]
-        codes = [nodes.procs[k].wait(timeout=240) for k in (0, 2)]
+        assert nodes.wait_for("spare node 3 takes its seat", node=0, timeout=30,
+                              alive=(0, 2, 3)) is not None, nodes.outputs()[-4000:]
+        newer_than(mark, (0, 2, 3))
+        nodes.crash(2)
+        assert nodes.wait_for("no spare left: the job goes on with 2 nodes", node=0, timeout=30,
+                              alive=(0, 3)) is not None, nodes.outputs()[-4000:]
+        codes = [nodes.procs[k].wait(timeout=240) for k in (0, 3)]
         assert codes == [0, 0], nodes.outputs()[-5000:]
     logs = tmp_path / "logs" / "fw"
     rank1 = (logs / "rank1.log").read_text()
-    assert "resuming from" in rank1, rank1[-3000:]
+    assert rank1.count("resuming from") >= 2, rank1[-3000:]
     # the lost node's part and the spare's, one line between (a shared log folder here)
-    head = "--- meshrun: membership epoch 1: this rank runs on node 2 from here on ---"
+    head = "--- meshrun: membership epoch 1: this rank runs on node 3 from here on ---"
     assert rank1.count(head) == 1 and rank1.index(head) < rank1.index("resuming from"), \
         rank1[-3000:]
+    assert "starting 1 worker: rank 1 of 2" in nodes.output(3)
     reports = [json.loads(line.split("REPORT ", 1)[1])
-               for k in (0, 2) for line in nodes.output(k).splitlines() if "REPORT {" in line]
+               for k in (0, 3) for line in nodes.output(k).splitlines() if "REPORT {" in line]
     assert sorted(r["rank"] for r in reports) == [0, 1], nodes.outputs()[-3000:]
     assert {r["world_size"] for r in reports} == {2}

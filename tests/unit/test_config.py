@@ -406,3 +406,55 @@ def test_import_does_not_import_torch():
                            "assert 'torch' not in sys.modules, 'torch imported'"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+# --- a job that shrinks and grows back (--nnodes MIN:MAX) ----------------------------------------
+
+def test_a_smaller_world_keeps_the_effective_batch_and_the_lr_through_accumulation():
+    """4 nodes x 2, tp 2: dp 4, 8 per device, effective batch 96 (grad_accum 3). At 3 nodes
+    dp is 3 and grad_accum 4; the batch, lr and everything else stay."""
+    from meshrun.job.config import elastic
+
+    full = job({"train": {"per_device_batch": 8, "grad_accum": 3, "lr": 1e-3},
+                "parallel": {"tp": 2}}, nnodes=4, nproc=2)
+    assert (full.dp, full.grad_accum, full.effective_batch) == (4, 3, 96)
+    three = elastic(full, 3).at_world(3)
+    assert (three.world_size, three.nnodes, three.dp, three.grad_accum) == (6, 3, 3, 4)
+    assert three.effective_batch == 96 and three.lr == full.lr and three.min_nnodes == 3
+    assert three.arithmetic[-1] == ("at 3 nodes: effective_batch 96 / (per_device_batch 8 x "
+                                    "dp 3) = grad_accum 4 (the batch and lr of 4 nodes kept)")
+    assert JobConfig.from_dict(three.to_dict()) == three     # travels to the workers whole
+
+
+def test_a_size_that_cannot_keep_the_batch_is_refused_at_plan_time_with_the_sizes_that_can():
+    from meshrun.job.config import elastic
+
+    full = job({"train": {"per_device_batch": 8, "grad_accum": 3}}, nnodes=4, nproc=2)  # 192
+    assert elastic(full, 2).min_nnodes == 2   # 3 nodes: 192 / (8 x 6) = 4; 2: 192 / 32 = 6
+    odd = job({"train": {"per_device_batch": 8, "grad_accum": 5}}, nnodes=4, nproc=2)   # 320
+    with pytest.raises(UsageError) as err:
+        elastic(odd, 2)
+    assert err.value.code == "elastic-batch"
+    assert err.value.message == ("--nnodes 2:4: at 3 nodes the job cannot keep its batch: "
+                                 "effective batch 320 / (per_device_batch 8 x dp 6) = 6.67 is "
+                                 "not whole")
+    assert "sizes that keep effective batch 320: 1, 2, 4 nodes" in err.value.fix
+
+
+def test_a_worker_of_a_shrunk_job_derives_its_config_from_the_one_meshrun_wrote():
+    """MESHRUN_JOB_CONFIG holds the config of the full job (4 nodes); a worker of the job
+    shrunk to 3 nodes (WORLD_SIZE 6) derives the 3-node config; one outside MIN..MAX, or of a
+    job that may not shrink, is refused as before."""
+    from meshrun.job.config import elastic, for_worker
+
+    full = job({"recipe": "mlp-tp", "train": {"per_device_batch": 8, "grad_accum": 3},
+                "parallel": {"tp": 2}}, nnodes=4, nproc=2)
+    env = elastic(full, 3).to_env()
+    got = for_worker("mlp-tp", env, 6, nproc_per_node=2, nnodes=3)
+    assert (got.nnodes, got.dp, got.grad_accum, got.effective_batch) == (3, 3, 4, 96)
+    with pytest.raises(UsageError) as err:
+        for_worker("mlp-tp", env, 4, nproc_per_node=2, nnodes=2)       # below MIN
+    assert err.value.code == "job-config-other-world"
+    with pytest.raises(UsageError) as err:
+        for_worker("mlp-tp", full.to_env(), 6, nproc_per_node=2, nnodes=3)   # not elastic
+    assert err.value.code == "job-config-other-world"

@@ -478,6 +478,25 @@ def test_spares_are_the_highest_node_ranks_and_the_world_is_the_seated_nodes():
     assert seated.source["spares"] == "--spares"
 
 
+def test_an_nnodes_range_starts_max_nodes_and_shrinks_to_min_training_nodes():
+    """--nnodes MIN:MAX (or MESHRUN_NNODES): MAX nodes start and train, the job may shrink to
+    MIN; with --spares the range's MAX counts the spares and MIN the training nodes; MIN:MAX
+    with MIN == MAX, or MIN at the training nodes, is a fixed job."""
+    from meshrun.plan.describe import describe
+
+    two_four = plan({}, Flags(nnodes="2:4", node_rank="1", master_addr="m"))
+    assert (two_four.nnodes, two_four.seated_nodes, two_four.min_nodes) == (4, 4, 2)
+    assert two_four.world_size == 4 and two_four.global_ranks == (1,)
+    assert "(--nnodes; shrinks to no fewer than 2 training nodes on a loss)" in describe(two_four)
+    by_env = plan({"MESHRUN_NNODES": "2:4", "MESHRUN_NODE_RANK": "0", "MESHRUN_MASTER_ADDR": "m"})
+    assert (by_env.nnodes, by_env.min_nodes) == (4, 2)
+    with_spare = plan({}, Flags(nnodes="3:5", spares="1", node_rank="0", master_addr="m"))
+    assert (with_spare.nnodes, with_spare.seated_nodes, with_spare.min_nodes) == (5, 4, 3)
+    assert plan({}, Flags(nnodes="4:4", node_rank="0", master_addr="m")).min_nodes is None
+    assert plan({}, Flags(nnodes="4:5", spares="1", node_rank="0",
+                          master_addr="m")).min_nodes is None
+
+
 @pytest.mark.parametrize("spares", ["2", "5"])
 def test_spares_that_leave_no_node_to_train_are_refused_with_the_node_count_to_give(spares):
     from meshrun.errors import UsageError

@@ -168,6 +168,9 @@ def _job(nnodes: int = 2, clock=None, **kw):
     if "notices" in kw:
         extra["on_notice"] = kw["notices"].append
     spares = kw.get("spares", 0)
+    for name in ("min_seats", "newest_checkpoint"):
+        if name in kw:
+            extra[name] = kw[name]
     dogs = [Watchdog(host="127.0.0.1", port=master.port, node_rank=n, nnodes=nnodes,
                      world_size=nnodes - spares, hosts={r: f"h{r}" for r in range(nnodes)},
                      node_timeout=kw.get("node_timeout", 3.0), hang_timeout=0, interval=0.2,
@@ -671,6 +674,72 @@ def test_a_node_replaced_while_frozen_stops_when_it_wakes_and_a_restarted_one_wa
     dogs[1].stop("stopped")
     dogs[2].stop("stopped")
     dogs[0].stop("stopped")
+
+
+# -- shrinking and growing back (--nnodes MIN:MAX) -----------------------------------------
+
+def test_with_no_spare_a_lost_node_shrinks_the_job_and_at_the_minimum_one_stops_it():
+    """4 nodes, --nnodes 3:4: node 1 goes silent; node 0 shrinks the job to seats (0, 2, 3)
+    in epoch 1 (node 2 holds group rank 1 now), every other node adopts it and restarts;
+    a second loss at the minimum of 3 stops the job."""
+    from meshrun import protocol
+
+    clock = Clock()
+    master, dogs, events = _job(4, clock=clock, node_timeout=1.0, min_seats=3)
+    master.set(protocol.heartbeat_key(1), protocol.Heartbeat(5).encode())  # beat, then silent
+    live = [dogs[0], dogs[2], dogs[3]]
+    for dog in live:
+        dog.begin()
+    _beats(live, clock, 5.0, until=lambda: all(events[n] for n in (0, 2, 3)))
+    for node in (0, 2, 3):
+        assert [(e.kind, e.node) for e in events[node]] == [("takeover", 1)]
+        assert dogs[node].event is None
+        assert dogs[node].members.seats == (0, 2, 3) and dogs[node].members.epoch == 1
+    assert "no spare left: the job goes on with 3 nodes (world size 3, the same effective " \
+        "batch; at least 3); every node's workers restart from the newest checkpoint " \
+        "(membership epoch 1)" in events[0][0].line
+    assert events[2][0].line == events[0][0].line
+    master.set(protocol.heartbeat_key(3), protocol.Heartbeat(99).encode())  # node 3 silent
+    _beats([dogs[0], dogs[2]], clock, 5.0, until=lambda: dogs[0].event is not None)
+    assert dogs[0].event is not None and dogs[0].event.kind == "node-lost" and \
+        dogs[0].event.node == 3                                   # at the minimum: fatal
+    for dog in (dogs[3], dogs[2], dogs[0]):
+        dog.stop("stopped")
+
+
+def test_a_node_back_in_a_shrunk_job_is_seated_again_only_after_a_newer_checkpoint():
+    """3 nodes, --nnodes 2:3: node 1 is lost (shrink), then started again: it waits as a
+    spare while the newest complete checkpoint is the one of when it came back (step 20);
+    once step 30 is complete, node 0 seats it in a new last seat (epoch 2, seats 0, 2, 1)."""
+    from meshrun import protocol
+
+    clock = Clock()
+    notices: list = []
+    newest = [20]
+    master, dogs, events = _job(3, clock=clock, node_timeout=1.0, min_seats=2,
+                                newest_checkpoint=lambda: newest[0], notices=notices)
+    master.set(protocol.heartbeat_key(1), protocol.Heartbeat(5).encode())
+    for dog in (dogs[0], dogs[2]):
+        dog.begin()
+    _beats([dogs[0], dogs[2]], clock, 5.0, until=lambda: bool(events[0]))
+    assert dogs[0].members.seats == (0, 2)
+    master.set(protocol.node_key(1), protocol.NodeClaim("h1b", 12, "bbbb").encode())
+    master.set(protocol.heartbeat_key(1), protocol.Heartbeat(0).encode())
+    _beats([dogs[0], dogs[2]], clock, 3.0)
+    assert [n["kind"] for n in notices] == ["node-returned"]
+    assert dogs[0].members.spares == (1,) and dogs[0].members.epoch == 1   # not yet
+    newest[0] = 30
+    _beats([dogs[0], dogs[2]], clock, 1.0, until=lambda: dogs[0].members.epoch == 2)
+    members = dogs[0].members
+    assert members.epoch == 2 and members.seats == (0, 2, 1) and members.spares == ()
+    assert events[0][-1].kind == "takeover" and events[0][-1].line == (
+        "meshrun: node 1 (h1b) is back: the job grows to 3 nodes (world size 3, the same "
+        "effective batch); every node's workers restart at the checkpoint of step 30 "
+        "(membership epoch 2)")
+    _beats([dogs[0], dogs[2]], clock, 1.0, until=lambda: dogs[2].members.epoch == 2)
+    assert dogs[2].members.seats == (0, 2, 1) and events[2][-1].line == events[0][-1].line
+    for dog in (dogs[1], dogs[2], dogs[0]):
+        dog.stop("stopped")
 
 
 def test_the_probe_signals_only_a_process_that_catches_sigusr1():

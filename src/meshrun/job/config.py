@@ -66,6 +66,9 @@ class JobConfig:
     arithmetic: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
     source: dict[str, str] = field(default_factory=dict)
+    # ``--nnodes MIN:MAX``: the job may shrink to this many nodes; :meth:`at_world` gives
+    # the config of each smaller world (the effective batch and the learning rate kept)
+    min_nnodes: int | None = None
 
     def __post_init__(self) -> None:
         where = "JobConfig"
@@ -143,6 +146,7 @@ class JobConfig:
             "arithmetic": list(self.arithmetic),
             "warnings": list(self.warnings),
             "source": dict(self.source),
+            "min_nnodes": self.min_nnodes,
         }
 
     @classmethod
@@ -171,7 +175,7 @@ class JobConfig:
                       run_id=data["run_id"], config_path=data["config_path"],
                       profile=data["profile"], profiles=tuple(data["profiles"]),
                       arithmetic=tuple(data["arithmetic"]), warnings=tuple(data["warnings"]),
-                      source=dict(data["source"]))
+                      source=dict(data["source"]), min_nnodes=data.get("min_nnodes"))
         except (KeyError, TypeError) as exc:
             raise UsageError(f"{where} is incomplete or malformed ({type(exc).__name__}: "
                              f"{exc})", subject=where, hint=hint,
@@ -182,6 +186,37 @@ class JobConfig:
                                  f"{show(getattr(cfg, key))}", subject=f"{where} {key}",
                                  hint=hint, code="job-config-json-bad")
         return cfg
+
+    def at_world(self, nnodes: int) -> JobConfig:
+        """This config on ``nnodes`` nodes of ``nproc_per_node`` (a job that shrank or grew
+        back): the same effective batch and learning rate, gradient accumulation derived
+        for the new data-parallel size. Pure. Raises :class:`UsageError` (``elastic-batch``)
+        where that size cannot keep the batch (tp does not divide the world, or the batch
+        is no whole number of micro-batches). Profiles (``[profiles.N]``) are those of the
+        start: they are not applied again for the new size."""
+        if nnodes == self.nnodes:
+            return self
+        world = nnodes * self.nproc_per_node
+        tp, pdb = self.parallel.tp, self.train.per_device_batch
+        why = None
+        if world % tp:
+            why = f"tp {tp} does not divide world size {world}"
+        elif self.effective_batch % (pdb * (world // tp)):
+            micro = pdb * (world // tp)
+            why = (f"effective batch {self.effective_batch} / (per_device_batch {pdb} x dp "
+                   f"{world // tp}) = {self.effective_batch / micro:.3g} is not whole")
+        if why:
+            raise UsageError(f"at {nnodes} node{'s' if nnodes != 1 else ''} the job cannot keep "
+                             f"its batch: {why}", subject="--nnodes", code="elastic-batch",
+                             hint="choose a MIN:MAX whose sizes all divide the batch")
+        dp = world // tp
+        accum = self.effective_batch // (pdb * dp)
+        line = (f"at {nnodes} nodes: effective_batch {self.effective_batch} / (per_device_batch "
+                f"{pdb} x dp {dp}) = grad_accum {accum} (the batch and lr of {self.nnodes} "
+                "nodes kept)")
+        return replace(self, world_size=world, nnodes=nnodes, dp=dp,
+                       train=replace(self.train, grad_accum=accum),
+                       arithmetic=(*self.arithmetic, line))
 
     def to_env(self) -> dict[str, str]:
         """``{"MESHRUN_JOB_CONFIG": json}`` for the workers' environment."""
@@ -225,6 +260,35 @@ class JobConfig:
         for warning in self.warnings:
             lines.append(f"  {'warning'.ljust(width)} : {warning}")
         return lines
+
+
+def elastic(config: JobConfig, min_nnodes: int) -> JobConfig:
+    """``config`` (resolved for the job's full size) for a job that may shrink to
+    ``min_nnodes`` nodes (``--nnodes MIN:MAX``): every size from MIN up must keep the
+    effective batch (:meth:`JobConfig.at_world`), or one line names the sizes that do. Pure."""
+    failed = None
+    for n in range(min_nnodes, config.nnodes):
+        try:
+            config.at_world(n)
+        except UsageError as exc:
+            failed = exc
+            break
+    if failed is None:
+        return replace(config, min_nnodes=min_nnodes)
+    fits = [k for k in range(1, config.nnodes + 1) if _keeps(config, k)]
+    raise UsageError(f"--nnodes {min_nnodes}:{config.nnodes}: {failed.message}",
+                     subject="--nnodes", code="elastic-batch",
+                     hint=(f"sizes that keep effective batch {config.effective_batch}: "
+                           f"{', '.join(map(str, fits))} nodes; give a MIN from which every "
+                           "size up to MAX is one of them, or change train.effective_batch"))
+
+
+def _keeps(config: JobConfig, nnodes: int) -> bool:
+    try:
+        config.at_world(nnodes)
+        return True
+    except UsageError:
+        return False
 
 
 def from_env(env: Mapping[str, str]) -> JobConfig | None:
@@ -383,6 +447,10 @@ def for_worker(recipe_name: str, env: Mapping[str, str], world_size: int, *,
                              code="job-config-other-recipe")
     if given is not None and "version" in given:  # written by meshrun: read it back, as is
         job = JobConfig.from_dict(given, where=ENV_VAR)
+        if job.world_size != world_size and job.min_nnodes is not None and \
+                world_size % job.nproc_per_node == 0 and \
+                job.min_nnodes <= world_size // job.nproc_per_node <= job.nnodes:
+            job = job.at_world(world_size // job.nproc_per_node)  # the job shrank (or grew)
         if job.world_size != world_size:
             raise UsageError(f"{ENV_VAR} was resolved for world size {job.world_size}, this "
                              f"run has {world_size} processes", subject=ENV_VAR,

@@ -87,6 +87,9 @@ class LaunchPlan:
     simulated_workers: int = 0
     # `--spares K`: the K highest node ranks start as hot spares (runtime/membership.py)
     spares: int = 0
+    # `--nnodes MIN:MAX`: with no spare left the job shrinks to no fewer than this many
+    # training nodes (None: a lost node with no spare left ends the job; docs/elastic.md)
+    min_nodes: int | None = None
 
     @property
     def is_master(self) -> bool:

@@ -69,6 +69,7 @@ def make_plan(env: Mapping[str, str], flags: Flags, facts: HostFacts,
     node_rank = _node_rank(topo, nnodes, source)
     spares = _spares(topo, nnodes, source)
     seated = nnodes - spares  # the nodes that train; the others wait as spares
+    min_nodes = _min_nodes(topo, nnodes, seated, source)
     _one_agent_per_node(topo, nproc)
     master_addr = _master_addr(topo, nnodes, source, facts)
     master_port = _master_port(topo, nnodes, source)
@@ -103,6 +104,10 @@ def make_plan(env: Mapping[str, str], flags: Flags, facts: HostFacts,
                          sets=job.sets, world_size=seated * nproc, nproc_per_node=nproc,
                          nnodes=seated, run_id=run_id, config_path=job.config_path,
                          flags=job.flags)
+        if min_nodes is not None:
+            from ..job.config import elastic
+
+            config = elastic(config, min_nodes)
         worker_env += [EnvVar(name, value, "the resolved job config, for recipes and "
                               "meshrun.job.from_env") for name, value in config.to_env().items()]
         warnings += list(config.warnings)
@@ -116,7 +121,7 @@ def make_plan(env: Mapping[str, str], flags: Flags, facts: HostFacts,
         env=tuple(worker_env), source=source, platform=topo.platform, platforms=topo.platforms,
         world_size_reading=reading, hostname=facts.hostname, command=command,
         warnings=tuple(warnings), notes=tuple(notes), job=config,
-        simulated_workers=simulated_workers, spares=spares)
+        simulated_workers=simulated_workers, spares=spares, min_nodes=min_nodes)
 
 
 # --- devices -----------------------------------------------------------------------------
@@ -262,7 +267,26 @@ def _nnodes(topo: Topology, nproc: int, source: dict[str, str]) -> tuple[int, st
         source["nnodes"] = "default: nothing names a node count, so a single node"
         return 1, reading
     source["nnodes"] = nnodes.source
-    return nnodes.value, reading
+    return int(nnodes.value), reading
+
+
+def _min_nodes(topo: Topology, nnodes: int, seated: int, source: dict[str, str]) -> int | None:
+    """``--nnodes MIN:MAX``'s MIN: the fewest training nodes the job shrinks to (None: no
+    shrinking). MAX counts every node the platform starts, spares included; MIN counts
+    training nodes, so it may be at most the nodes that train at the start."""
+    low = getattr(topo.nnodes.value, "low", None) if topo.nnodes is not None else None
+    if low is not None and low > seated:
+        raise UsageError(f"{_say(topo.nnodes)}: MIN {low} is more than the {seated} nodes that "
+                         f"train ({nnodes} started, {nnodes - seated} of them spares)",
+                         subject=topo.nnodes.source, code="elastic-range",
+                         hint=f"MIN counts training nodes: give at most {seated}, e.g. "
+                              f"--nnodes {seated - 1 or 1}:{nnodes}")
+    if low is None or low >= seated:
+        if low is not None:
+            source["nnodes"] += f"; shrinks to no fewer than {low} (all {seated} train: none)"
+        return None
+    source["nnodes"] += f"; shrinks to no fewer than {low} training nodes on a loss"
+    return low
 
 
 def _node_rank(topo: Topology, nnodes: int, source: dict[str, str]) -> int:

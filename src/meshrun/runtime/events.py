@@ -74,6 +74,27 @@ def takeover_line(lost: int, host: str, age_s: float, spare: int, ranks: Sequenc
             f"from the newest checkpoint (membership epoch {epoch}; {left})")
 
 
+def shrink_line(lost: int, host: str, age_s: float, seats: int, nproc: int, min_seats: int,
+                epoch: int, *, closed: bool = False) -> str:
+    """No spare left: the job goes on with one node fewer (``--nnodes MIN:MAX``)."""
+    how = ("its agent's connection closed without a goodbye (the process died)" if closed
+           else f"last heartbeat {age_s:.1f} s ago")
+    return (f"meshrun: node {lost} ({host}) is lost ({how}); no spare left: the job goes on "
+            f"with {seats} node{'s' if seats != 1 else ''} (world size {seats * nproc}, the "
+            f"same effective batch; at least {min_seats}); every node's workers restart from "
+            f"the newest checkpoint (membership epoch {epoch})")
+
+
+def grow_line(node: int, host: str, seats: int, nproc: int, epoch: int,
+              step: int | None) -> str:
+    """A shrunk job takes a node that came back into a new last seat."""
+    when = (f"at the checkpoint of step {step}" if step is not None and step >= 0
+            else "from the newest checkpoint")
+    return (f"meshrun: node {node} ({host}) is back: the job grows to {seats} node"
+            f"{'s' if seats != 1 else ''} (world size {seats * nproc}, the same effective "
+            f"batch); every node's workers restart {when} (membership epoch {epoch})")
+
+
 def spare_lost_line(node: int, host: str, age_s: float, spares_left: int) -> str:
     return (f"meshrun: spare node {node} ({host}) is lost (last heartbeat {age_s:.1f} s ago); "
             f"training goes on; {spares_left} spare{'s' if spares_left != 1 else ''} left")

@@ -230,7 +230,7 @@ def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
             if members.epoch:
                 router.begin_epoch(members.epoch, ranks)
             say(f"starting {_workers(plan.nproc_per_node)}: {ranks_phrase(ranks)} of "
-                f"{plan.world_size} ({time.monotonic() - started:.1f} s after start"
+                f"{len(members.seats) * plan.nproc_per_node} ({time.monotonic() - started:.1f} s after start"
                 + (f"; membership epoch {members.epoch}" if members.epoch else "") + ")")
             launched = time.time()   # a worker's failure record older than this: not ours
             failures.Stopping.reset()
@@ -310,8 +310,8 @@ def _wait_for_seat(plan: LaunchPlan, dog: Any, rounds: Rounds, poll: float = 0.1
     (None: start the workers), or the job ends: 0 once node 0 said it finished, else the
     exit code of the event that ended it."""
     members = rounds.membership(plan)
-    say(f"node {plan.node_rank} waits as a spare ({len(members.spares)} of them): it takes "
-        "the seat of a node that is lost, and starts no worker until then")
+    say(f"node {plan.node_rank} waits as a spare: it takes a lost node's seat (or a new one in "
+        "a job that shrank, at a checkpoint), and starts no worker until then")
     told = False
     while True:
         members = rounds.membership(plan)
@@ -330,9 +330,9 @@ def _wait_for_seat(plan: LaunchPlan, dog: Any, rounds: Rounds, poll: float = 0.1
 
 
 def epoch_environment(members: Any, reason: str) -> dict[str, str]:
-    """What the workers of a membership epoch learn of it (their RANK, WORLD_SIZE and
-    GROUP_RANK come from torch's agent, from the seat)."""
+    """What the workers of an epoch learn of it (RANK, WORLD_SIZE, GROUP_RANK: torch's agent)."""
     return {"MESHRUN_MEMBERSHIP_EPOCH": str(members.epoch),
+            "MESHRUN_NNODES": str(len(members.seats)),   # fewer once the job shrank
             "MESHRUN_RESTART_REASON": reason}
 
 

@@ -12,7 +12,7 @@ on), the straggler check and the worker environment read it.
 
 An **epoch** is one set of seats: it starts at 0 and grows by one each time a spare takes a
 lost node's seat, the job shrinks by a lost node's seat (:attr:`Change.SHRINK`, with
-``--nnodes MIN:MAX``'s minimum; the runtime does not act on it yet: see docs/elastic.md), or
+``--nnodes MIN:MAX``'s minimum: docs/elastic.md), or
 a returned node is admitted into a new seat (:func:`after_admit`). ``round`` is the first rendezvous round of the epoch: every seated node
 restarts its workers into it (from the newest complete checkpoint: the world, the ranks and
 the batch are those of the epoch before, so the numerics are too).

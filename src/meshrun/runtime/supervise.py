@@ -17,7 +17,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -158,7 +158,8 @@ def start_watchdog(job: JobStore, plan: LaunchPlan, supervision: Supervision,
                    interval=supervision.beat, on_event=on_event, local_pids=procs.worker_pids,
                    restarts_left=restarts_left, log_dir=plan.log_dir, rounds=rounds,
                    send_signal=procs.send, slow=slow, on_notice=on_notice,
-                   on_summary=on_summary, spares=plan.spares)
+                   on_summary=on_summary, spares=plan.spares, min_seats=plan.min_nodes,
+                   newest_checkpoint=_newest_checkpoint(plan))
     dog.start()
     relay_stop_signals(lambda: shut_connections(job.port, store_addresses))
     return dog
@@ -279,6 +280,27 @@ def write_atomically(path: str, text: str) -> None:
             os.unlink(path + ".tmp")
         except OSError:
             pass
+
+
+def _newest_checkpoint(plan: LaunchPlan) -> Callable[[], int | None]:
+    """For a shrunk job's admission (node 0): the step of the recipe's newest complete
+    checkpoint (-1: none yet), or None where the job is no recipe's (nothing to read)."""
+    job = plan.job
+    directory = os.environ.get("MESHRUN_CHECKPOINT_DIR") or (
+        job.checkpoint.dir if job is not None and job.recipe else "")
+    if not directory or plan.min_nodes is None:
+        return lambda: None
+
+    def newest() -> int | None:
+        from ..worker.checkpoint import listing, newest_complete, parse_listing
+
+        try:
+            found = newest_complete(parse_listing(listing(directory)))
+        except OSError:  # a shared folder that failed this once: no boundary seen
+            return -1
+        return found.step if found is not None else -1
+
+    return newest
 
 
 def await_event(dog, supervision: Supervision, poll: float = 0.1, *, epoch: int | None = None):

@@ -78,6 +78,7 @@ from .events import (
     EventKind,
     Goodbye,
     catches,
+    grow_line,
     hang_line,
     hang_suspects,
     in_collective,
@@ -89,11 +90,12 @@ from .events import (
     replaced_line,
     restart_verdict,
     returned_line,
+    shrink_line,
     spare_lost_line,
     takeover_line,
 )
 from .judges import lost_nodes, progress_moved
-from .membership import Change, Membership, after_loss, after_return
+from .membership import Change, Membership, after_admit, after_loss, after_return
 from .store import BoundedStore, CallTimeout, StoreConnect, say
 from .supervision import Supervision
 
@@ -152,12 +154,18 @@ class Watchdog(threading.Thread):
                  on_summary: Callable[..., None] = lambda summary, final=False: None,
                  clock: Callable[[], float] = time.monotonic,
                  spares: int = 0,
+                 min_seats: int | None = None,
+                 newest_checkpoint: Callable[[], int | None] = lambda: None,
                  on_warning: Callable[[str], None] = lambda line: print(
                      line, file=sys.stderr, flush=True),
                  ) -> None:
         super().__init__(name="meshrun-watchdog", daemon=True)
         self.host, self.port = host, port
         self.node_rank, self.nnodes, self.world_size = node_rank, nnodes, world_size
+        self.min_seats = min_seats   # --nnodes MIN:MAX's MIN: shrink to it (None: never)
+        # a recipe's newest complete checkpoint step (-1: none yet; None: not a recipe's
+        # job): a shrunk job takes a node back once a checkpoint newer than ``_admit_after``
+        self.newest_checkpoint, self._admit_after = newest_checkpoint, None
         self.hosts = dict(hosts)
         self.node_timeout, self.hang_timeout, self.interval = node_timeout, hang_timeout, interval
         self._limit = node_timeout  # silence that makes a node lost (see suspect())
@@ -217,6 +225,7 @@ class Watchdog(threading.Thread):
                 rounds.members = self.members
         self._elastic = spares > 0 or self.members.epoch > 0  # publish the membership
         self.nproc = max(1, world_size // max(1, len(self.members.seats)))
+        self._max_seats = world_size // self.nproc   # the seats a shrunk job grows back to
         self.changes: list[Event] = []   # membership changes this node restarted for
         self._claims: dict[int, bytes] = {}  # node 0: a lost node's claim (to see it return)
         self._ended_in = -1              # the membership epoch this node counted itself ended in
@@ -406,6 +415,8 @@ class Watchdog(threading.Thread):
         if not self._lost:
             if self.members.lost:
                 self._returns(store, now)
+            if self.min_seats is not None and self.node_rank == 0:
+                self._admit(store)
             dead = self._hub.dead() if self._hub is not None else {}
             for found in lost_nodes(now, range(1, self.nnodes), seen=self._seen,
                                     started=started, limit=self._limit,
@@ -443,7 +454,8 @@ class Watchdog(threading.Thread):
         a spare lost is reported; a seated node's seat goes to a spare and every seated
         node restarts its workers into the new epoch."""
         current = self.rounds.current if self.rounds is not None else -1
-        members, change = after_loss(self.members, rank, next_round=current + 1)
+        members, change = after_loss(self.members, rank, next_round=current + 1,
+                                     min_seats=self.min_seats)
         if change == Change.FATAL:
             self._lost.append((rank, age))
             if closed:
@@ -458,6 +470,12 @@ class Watchdog(threading.Thread):
             self.on_notice({"kind": "spare-lost", "node": rank, "line": spare_lost_line(
                 rank, host, age, len(members.spares))})
             return
+        if change == Change.SHRINK:
+            line = shrink_line(rank, host, age, len(members.seats), self.nproc,
+                               self.min_seats or 1, members.epoch, closed=closed)
+            self._set_members(store, replace(members, reason=line))
+            self._restart_for(Event(EventKind.TAKEOVER, line, node=rank), store)
+            return
         seat = self.members.seat_of(rank)
         assert seat is not None  # after_loss decided a take-over of a seated node
         spare = members.seats[seat]
@@ -465,6 +483,32 @@ class Watchdog(threading.Thread):
                              members.epoch, closed=closed, spares_left=len(members.spares))
         self._set_members(store, replace(members, reason=line))
         self._restart_for(Event(EventKind.TAKEOVER, line, node=rank), store)
+
+    def _admit(self, store: BoundedStore) -> None:
+        """Node 0 of a job that shrank: a node that came back (a spare now) takes a new last
+        seat at the next checkpoint boundary: once a complete checkpoint newer than the
+        newest when it came back exists (a recipe's job; the steps trained since that save
+        in the beat before the restart are trained again), at once for any other script
+        (which resumes from its own newest checkpoint)."""
+        m = self.members
+        if not m.spares or len(m.seats) >= self._max_seats:
+            self._admit_after = None
+            return
+        step = self.newest_checkpoint()
+        if step is not None:
+            if self._admit_after is None:
+                self._admit_after = step   # the boundary to pass
+                return
+            if step <= self._admit_after:
+                return
+        self._admit_after = None
+        current = self.rounds.current if self.rounds is not None else -1
+        members = after_admit(m, self._max_seats, next_round=current + 1)
+        node = members.seats[-1]
+        line = grow_line(node, self.hosts.get(node, "?"), len(members.seats), self.nproc,
+                         members.epoch, step)
+        self._set_members(store, replace(members, reason=line))
+        self._restart_for(Event(EventKind.TAKEOVER, line, node=node), store)
 
     def _returns(self, store: BoundedStore, now: float) -> None:
         """Node 0: a lost node whose claim changed was started again: it waits as a spare."""

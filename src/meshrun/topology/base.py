@@ -128,10 +128,24 @@ def in_spans(rank: int, spans: tuple[tuple[int, int], ...]) -> bool:
     return any(first <= rank <= last for first, last in spans)
 
 
+class NodeRange(int):
+    """``--nnodes MIN:MAX``: the node count MAX (an int everywhere), with ``low`` = MIN, the
+    fewest training nodes the job shrinks to when it loses nodes (docs/elastic.md)."""
+
+    low: int
+
+    def __new__(cls, high: int, low: int) -> NodeRange:
+        value = super().__new__(cls, high)
+        value.low = low
+        return value
+
+
 def parse_nnodes(raw: str, name: str, *, limit: int = MAX_INT) -> int:
-    """A node count, from a flag or a variable: a whole number, or torchrun's ``MIN:MAX``
-    with MIN == MAX. A real range gets the one story meshrun tells about elastic jobs
-    wherever it is written (``--nnodes``, ``PET_NNODES``, ``MESHRUN_NNODES``)."""
+    """A node count, from a flag or a variable: a whole number, or torchrun's ``MIN:MAX``.
+    ``MIN:MAX`` with MIN < MAX (``--nnodes``, ``MESHRUN_NNODES``) is a :class:`NodeRange`: the
+    platform starts MAX nodes and the job shrinks to no fewer than MIN. From a platform's
+    variable (``PET_NNODES``) a real range is refused: there the platform decides how many
+    nodes start, and meshrun's join waits for every one of them."""
     text = str(raw).strip()
     if ":" not in text:
         return parse_int(text, name, minimum=1, limit=limit)
@@ -140,12 +154,18 @@ def parse_nnodes(raw: str, name: str, *, limit: int = MAX_INT) -> int:
     hi = parse_int(high, name, minimum=1, limit=limit)
     if lo == hi:
         return hi
-    fixed = _label(name, str(hi), quote=False) + (
-        f" (or pass --nnodes {hi})" if not name.startswith("--") else "")
-    raise UsageError(f"{_label(name, raw)} is an elastic range; meshrun runs a fixed number of nodes "
-                     "and keeps training through a lost one with hot spares", subject=name,
-                     hint=f"set {fixed}, the nodes the platform starts (with --spares K, "
-                          "K of them wait as hot spares: docs/elastic.md)", code="elastic-range")
+    if lo > hi:
+        raise UsageError(f"{_label(name, raw)} has MIN {lo} above MAX {hi}", subject=name,
+                         hint=f"write MIN:MAX, e.g. {_label(name, f'{hi}:{lo}', quote=False)}",
+                         code="elastic-range")
+    if name.startswith("--") or name.startswith("MESHRUN_"):
+        return NodeRange(hi, lo)
+    raise UsageError(f"{_label(name, raw)} is an elastic range from the platform; meshrun "
+                     "starts with every node the platform starts, then shrinks on a loss "
+                     "when told how far", subject=name,
+                     hint=f"set {_label(name, str(hi), quote=False)} and pass --nnodes "
+                          f"{lo}:{hi} (the job goes on with down to {lo} nodes; --spares K "
+                          "keeps K waiting: docs/elastic.md)", code="elastic-range")
 
 
 def _label(name: str, raw: str, quote: bool = True) -> str:

@@ -1,0 +1,71 @@
+"""Shrinking (``--nnodes MIN:MAX``, runtime/membership.py) on real node agents on loopback: a
+training node's whole process tree SIGKILLed with no spare left, the survivors going on with
+one node fewer (contiguous group ranks, the effective batch kept through gradient
+accumulation), resuming from the newest complete checkpoint, and the job finishing."""
+
+import json
+import time
+
+import pytest
+from helpers import Nodes, clean_env
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
+
+STEPS, INTERVAL = 60, 10
+# tp 1: every rank is data-parallel; 192 = 32 x 3 x 2 = 32 x 2 x 3 keeps at 3 and 2 nodes
+RECIPE = ["--recipe", "mlp-tp", "--set", f"train.steps={STEPS}", "--set", "train.log_every=1",
+          "--set", f"checkpoint.interval={INTERVAL}", "--set", "parallel.tp=1",
+          "--set", "train.effective_batch=192", "--set", "train.keep_effective_batch=true"]
+FAST = ["--beat", "0.2", "--hang-timeout", "0", "--slow-window", "0"]
+
+
+def _records(folder, run_id: str) -> list[dict]:
+    path = folder / "logs" / run_id / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def _until_step(nodes: Nodes, run_id: str, step: int, timeout: float = 150) -> None:
+    deadline = time.monotonic() + timeout
+    while not (recs := _records(nodes.folder, run_id)) or recs[-1]["step"] < step:
+        assert time.monotonic() < deadline and all(p.poll() is None for p in nodes.procs), \
+            nodes.outputs()[-4000:]
+        time.sleep(0.05)
+
+
+def test_a_lost_node_shrinks_the_job_and_when_it_returns_the_job_grows_back(tmp_path):
+    """3 nodes, --nnodes 2:3: node 1 is SIGKILLed at step >= 15. Nodes 0 and 2 go on as a
+    2-node job (node 2 takes group rank 1), their workers resuming from the newest
+    checkpoint with grad_accum 3 instead of 2 (the batch of 192 kept). Node 1, started
+    again, waits as a spare until the next complete checkpoint, then takes seat 2: the job
+    grows back to 3 nodes, resumes from that checkpoint and finishes."""
+    nodes = Nodes(tmp_path, RECIPE, nnodes=3, run_id="sh",
+                  extra=[*FAST, "--nnodes", "2:3"], env=clean_env())
+    with nodes:
+        _until_step(nodes, "sh", 15)
+        nodes.crash(1)
+        assert nodes.wait_for("no spare left: the job goes on with 2 nodes", node=0, timeout=30,
+                              alive=(0, 2)) is not None, nodes.outputs()[-4000:]
+        nodes.restart(1)
+        codes = nodes.wait(300)
+        out0, out1, out2 = (nodes.output(k) for k in range(3))
+        assert codes == [0, 0, 0], nodes.outputs()[-5000:]
+    assert "(world size 2, the same effective batch; at least 2); every node's workers " \
+           "restart from the newest checkpoint (membership epoch 1)" in out0
+    assert "starting 1 worker: rank 1 of 2" in out2 and "membership epoch 1" in out2
+    assert "is back and waits as a spare (1 spare now)" in out0
+    grown = [ln for ln in out0.splitlines() if "is back: the job grows to 3 nodes" in ln]
+    assert grown and "(membership epoch 2)" in grown[0], out0[-3000:]
+    boundary = int(grown[0].split("at the checkpoint of step ")[1].split()[0])
+    assert "starting 1 worker: rank 2 of 3" in out1 and "membership epoch 2" in out1
+    log0 = (tmp_path / "logs" / "sh" / "rank0.log").read_text()
+    resumed = [int(line.split("resumed from step ")[1].split()[0])
+               for line in log0.splitlines() if "resumed from step " in line]
+    assert len(resumed) == 2 and resumed[0] % INTERVAL == 0 and resumed[0] >= 10, resumed
+    assert resumed[1] == boundary > resumed[0], (resumed, boundary)
+    assert f"world 2 = dp 2 x tp 1, {STEPS} steps x 192 samples (32/device x 3 accum x 2 dp)" \
+        in log0
+    assert log0.count(f"world 3 = dp 3 x tp 1, {STEPS} steps x 192 samples (32/device x 2 "
+                      "accum x 3 dp)") == 2
+    recs = _records(tmp_path, "sh")
+    assert recs[-1]["step"] == STEPS
+    assert recs[-1]["loss"] < recs[0]["loss"]
