@@ -87,7 +87,38 @@ def reference_hash(steps: int) -> str:
     sys.path.insert(0, str(JOB.parent))
     from recovery_job import expected
 
-    return _hash(expected(steps, NODES))
+    return _hash(expected(steps))
+
+
+def samples_once(folder: Path, steps: int) -> bool | None:
+    """From every rank's sample log: at each step, the ranks of the step's last run (a step
+    trained again after a restart is superseded by its later run) trained each of the
+    step's samples exactly once. None without a log."""
+    sys.path.insert(0, str(JOB.parent))
+    from recovery_job import SAMPLES
+
+    path = folder / "samples.jsonl"
+    if not path.exists():
+        return None
+    latest: dict[tuple[int, int], dict] = {}    # (step, rank) -> its last record
+    for line in path.read_text().splitlines():
+        try:
+            r = json.loads(line)
+        except ValueError:
+            continue
+        key = (r["step"], r["rank"])
+        if key not in latest or r["t"] >= latest[key]["t"]:
+            latest[key] = r
+    for step in range(1, steps + 1):
+        runs = [r for (s, _), r in latest.items() if s == step]
+        if not runs:
+            return False
+        world = max(runs, key=lambda r: r["t"])["world"]    # the step's last run's world
+        last = [r for r in runs if r["world"] == world and r["rank"] < world]
+        got = sorted(i for r in last for i in r["samples"])
+        if len(last) != world or got != list(range(SAMPLES)):
+            return False
+    return True
 
 
 class Torchrun:
@@ -238,6 +269,7 @@ def run_mode(mode: str, args: argparse.Namespace, out: Path) -> dict:
             "startup_s": round(first - started, 2) if first else None,
             "mean_step_s": statistics.mean(step_times) if step_times else None,
             "failures": failures, "weights": _weights_hash(folder),
+            "samples_once": samples_once(folder, steps) if done else None,
             "job_restarts": [round(t - started, 1) for t in job_restarts],
             "codes": [p.returncode for p in job.procs], "ended_s": round(ended - started, 1)}
 
@@ -279,6 +311,7 @@ def summarise(results: list[dict], steps: int) -> list[dict]:
             "failures": len(r["failures"]), "done": r["done"],
             "job_restarts": len(r.get("job_restarts", [])),
             "same_weights_as_ff": r["weights"] == reference[r["steps"]],
+            "samples_once": r.get("samples_once"),
             "worlds": sorted({f["world_after"] for f in r["failures"] if f["world_after"]}),
         })
     return rows
@@ -286,14 +319,15 @@ def summarise(results: list[dict], steps: int) -> list[dict]:
 
 def markdown(data: dict) -> str:
     lines = ["| mode | wall for the steps (s) | ETTR | R median, killed (s) | R each (s) | "
-             "R frozen (s) | steps trained again | whole-job restarts | weights = failure-free |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "R frozen (s) | steps trained again | whole-job restarts | weights = failure-free | "
+             "each sample once a step |", "|---|---|---|---|---|---|---|---|---|---|"]
     for row in data["summary"]:
         lines.append(
             f"| {row['mode']} | {row['wall_s']} | {row['ettr']} | {row['r_median_s']} | "
             f"{', '.join(f'{x:.1f}' for x in row['r_all_s'])} | "
             f"{', '.join(f'{x:.1f}' for x in row['r_frozen_s'])} | {row['lost_steps']} | "
-            f"{row['job_restarts']} | {'yes' if row['same_weights_as_ff'] else 'no'} |")
+            f"{row['job_restarts']} | {'yes' if row['same_weights_as_ff'] else 'no'} | "
+            f"{ {True: 'yes', False: 'no'}.get(row.get('samples_once'), '-') } |")
     return "\n".join(lines)
 
 

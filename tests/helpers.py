@@ -61,3 +61,15 @@ def sh(*args, check: bool = True, timeout: float = 120, env=None) -> subprocess.
     if check and done.returncode:
         pytest.fail(f"{args[0]} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
     return done
+
+
+def goodput(run_dir, cwd=None) -> dict:
+    """``meshrun report --json RUN_DIR``'s goodput, checked to add up to the run's wall time."""
+    done = meshrun("report", "--json", str(run_dir), cwd=cwd, check_rc=0)
+    run, = json.loads(done.stdout)["runs"]
+    g = run["goodput"]
+    assert g is not None, run["goodput_why"]
+    parts = ("startup_s", "productive_s", "checkpoint_s", "lost_s", "recovery_s", "end_s")
+    assert abs(sum(g[p] for p in parts) - g["wall_s"]) < 0.01, g
+    assert all(g[p] >= 0 for p in parts), g
+    return g

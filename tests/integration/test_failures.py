@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import SCRIPTS, Nodes, alive, clean_env, free_port, meshrun
+from helpers import SCRIPTS, Nodes, alive, clean_env, free_port, goodput, meshrun
 
 pytestmark = pytest.mark.slow
 LOOP = str(SCRIPTS / "loop.py")
@@ -412,6 +412,11 @@ def test_hang_with_a_restart_left_restarts_every_node_and_the_job_finishes(tmp_p
             assert f"restarting node {k}'s workers after the hang (restart 1 of 1)" in out
         attempts = sorted((tmp_path / "attempts").read_text().splitlines())
         assert attempts == [f"attempt {a} rank {r}" for a in (0, 1) for r in range(4)]
+        # goodput (reports/goodput.py): the hang and the restart are recovery; the 20 steps
+        # of the first attempt, trained again by the second (no checkpoint), are lost work
+        g = goodput(tmp_path / "logs" / "fail")
+        assert g["restarts"] == 1 and g["steps_again"] >= 19, g
+        assert g["recovery_s"] >= 4 and g["lost_s"] > 0 and g["productive_s"] > 0, g
     finally:
         pids.update({int(p.name.split(".")[1]) + 10: int(p.read_text())
                      for p in tmp_path.glob("pid.*")})  # the second attempt's workers too
@@ -515,6 +520,10 @@ def test_recipe_with_a_restart_resumes_from_the_newest_checkpoint_after_a_killed
         records = [json.loads(line) for line in metrics.read_text().splitlines()]
         after = [r["step"] for r in records if r["step"] > newest][-(steps - newest):]
         assert after == list(range(newest + 1, steps + 1))  # every step after the resume
+        # goodput: the restart is recovery, the steps after the checkpoint trained again lost
+        g = goodput(tmp_path / "logs" / "rr")
+        assert g["restarts"] == 1 and g["steps_again"] >= logged - newest, (g, logged, newest)
+        assert g["recovery_s"] > 0 and g["checkpoint_s"] > 0 and g["productive_s"] > 0, g
     finally:
         if sim.poll() is None:
             sim.kill()

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import Nodes, clean_env
+from helpers import Nodes, clean_env, goodput
 
 # timing: each test bounds how soon the spare takes over (and runs 3 nodes, whose load would
 # read as a slow node in the quota tests beside it)
@@ -100,6 +100,9 @@ def test_a_killed_node_s_seat_goes_to_the_spare_and_the_run_ends_with_the_failur
                for line in (tmp_path / "logs" / "sp" / "rank0.log").read_text().splitlines()
                if "resumed from step " in line]
     assert resumed and resumed[-1] % INTERVAL == 0 and resumed[-1] >= 10, resumed
+    # goodput: the take-over is recovery; the steps after the checkpoint, trained again, lost
+    g = goodput(tmp_path / "logs" / "sp")
+    assert g["restarts"] == 1 and g["steps_again"] >= 1 and g["recovery_s"] > 0, g
     final = _weights(tmp_path, "sp", STEPS)
     assert final.keys() == reference.keys()
     assert all(torch.equal(final[k], reference[k]) for k in final)

@@ -317,3 +317,34 @@ def test_a_rerun_s_records_are_told_apart_by_their_time(tmp_path):
     newest, earlier = summarize(str(path)), summarize(str(early))
     assert (newest.records, newest.loss) == (3, 1.0 / 3)
     assert (earlier.records, earlier.loss) == (2, 9.0)
+
+
+def test_a_recipes_run_reports_its_goodput_adding_up_to_the_wall_time(tmp_path, capsys):
+    """The recipes' records carry their time (``at``) and the checkpoint saving before them;
+    the report splits the run's wall time from its node logs (10:15:00 to 10:17:05.5)."""
+    import calendar
+    import time
+
+    path = _script_run(tmp_path, "rec")
+    t0 = calendar.timegm(time.strptime("2026-11-27T10:15:00", "%Y-%m-%dT%H:%M:%S"))
+    records = [{"step": 1, "loss": 2.0, "step_time_s": 5.0, "samples_per_s": 1.0,
+                "first_step": True, "at": t0 + 10}]
+    records += [{"step": s, "loss": 1.0, "step_time_s": 1.0, "samples_per_s": 64.0,
+                 "at": t0 + 9 + s, **({"checkpoint_s": 0.5} if s == 50 else {})}
+                for s in range(2, 101)]
+    (tmp_path / "rec" / "metrics.jsonl").write_text(
+        "\n".join(json.dumps(r) for r in records) + "\n")
+    r = summarize(path)
+    g = r.goodput
+    assert g is not None and r.goodput_why == ""
+    assert g["wall_s"] == pytest.approx(125.5) and g["startup_s"] == pytest.approx(10.0)
+    assert g["productive_s"] == pytest.approx(98.5) and g["checkpoint_s"] == pytest.approx(0.5)
+    assert g["end_s"] == pytest.approx(125.5 - 109.0)
+    assert sum(g[k] for k in ("startup_s", "productive_s", "checkpoint_s", "lost_s",
+                              "recovery_s", "end_s")) == pytest.approx(g["wall_s"])
+    assert main(["report", path]) == 0
+    out = capsys.readouterr().out
+    assert f"{path}: goodput: 78.5% productive of 126 s: start-up 10 s, training 98 s, " \
+           "checkpoints 0.5 s, recovery 0.0 s, lost work 0.0 s, end 16 s" in out
+    plain = summarize(_script_run(tmp_path, "plain"))
+    assert plain.goodput is None and plain.goodput_why.startswith("no step records with a time")

@@ -369,6 +369,7 @@ def train(job: JobConfig, info: RankInfo, work: Workload) -> list[dict[str, Any]
     lagging = info.device.type == "cuda"
     pending: Readback | None = None
     last_good: tuple[int, float] | None = None
+    saving_s = 0.0                    # checkpoint saving not yet in a record
 
     def settle(readback: Readback) -> float:
         """The step's mean loss over the ranks; a loss or norm that is not finite stops
@@ -422,9 +423,10 @@ def train(job: JobConfig, info: RankInfo, work: Workload) -> list[dict[str, Any]
                 window.append(elapsed)
             progress(step)  # the watchdog's hang detection (meshrun.runtime.watchdog)
 
+            record: dict[str, Any] | None = None
             if logged:
                 step_time = elapsed if marked else sum(window) / len(window)
-                record: dict[str, Any] = {
+                record = {
                     "step": step, "loss": mean_loss, "lr": lr, "step_time_s": step_time,
                     "samples_per_s": job.effective_batch / step_time,
                 }
@@ -437,11 +439,10 @@ def train(job: JobConfig, info: RankInfo, work: Workload) -> list[dict[str, Any]
                     record["first_step"] = True
                 window = []
                 if info.is_main:
-                    records.append(record)
-                    metrics.write(record)
                     print(work.line({**record, "steps": t.steps}), flush=True)
 
             if saving:
+                saving_at = time.perf_counter()
                 path = ckpt.save(c.dir, step, model, opt,
                                  {"step": step,
                                   "samples_seen": seen + (step - start) * job.effective_batch,
@@ -450,6 +451,16 @@ def train(job: JobConfig, info: RankInfo, work: Workload) -> list[dict[str, Any]
                                   "optimizer": t.optimizer},
                                  keep=c.keep, say=lambda s: say(info, s))
                 say(info, f"saved checkpoint {path}")
+                saving_s += time.perf_counter() - saving_at
+            if record is not None and info.is_main:
+                # its end on the wall clock, and the checkpoint saving since the last record
+                # (meshrun report's goodput: reports/goodput.py)
+                record["at"] = round(time.time(), 3)
+                if saving_s:
+                    record["checkpoint_s"] = round(saving_s, 4)
+                saving_s = 0.0
+                records.append(record)
+                metrics.write(record)
     finally:
         feed.close()
         metrics.close()

@@ -40,6 +40,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..errors import UsageError
+from .goodput import Goodput
+from .goodput import compute as goodput
+from .goodput import line as goodput_text
 
 _PLAN = re.compile(r"^plan\.node(\d+)\.json$")
 
@@ -72,6 +75,8 @@ class RunSummary:
     restarts: int = 0
     cause: str = ""
     diagnosis: list[str] = field(default_factory=list)
+    goodput: dict[str, Any] | None = None   # reports/goodput.py: where the wall time went
+    goodput_why: str = ""                   # why there is none
     notes: list[str] = field(default_factory=list)
     nodes: list[dict[str, Any]] = field(default_factory=list)  # node_steps.json's rows
     slow: list[str] = field(default_factory=list)  # the straggler notices (events.node0.jsonl)
@@ -231,6 +236,7 @@ def summarize(path: str) -> RunSummary:
     losses = [r for r in records if "loss" in r]
     last = losses[-1] if losses else (records[-1] if records else {})
     command = plan.get("command") or []
+    spent, why_not = goodput(info.started, info.ended, records)
     return RunSummary(
         path=path, run_id=str(plan.get("run_id", os.path.basename(path))), world_size=world,
         nnodes=int(plan.get("nnodes", 1)), nproc_per_node=int(plan.get("nproc_per_node", world)),
@@ -245,7 +251,8 @@ def summarize(path: str) -> RunSummary:
         slow=_slow_lines(path),
         command=" ".join(str(w) for w in command) if isinstance(command, list) else "",
         outcome=info.outcome, wall_s=info.wall_s, startup_s=info.startup_s,
-        restarts=info.restarts, cause=info.cause, diagnosis=info.diagnosis)
+        restarts=info.restarts, cause=info.cause, diagnosis=info.diagnosis,
+        goodput=spent.to_json() if spent is not None else None, goodput_why=why_not)
 
 
 def _node_steps(path: str) -> list[dict[str, Any]]:
@@ -386,6 +393,9 @@ def render_text(rep: Report) -> str:
         (r.path, r.outcome, _duration(r.wall_s), _duration(r.startup_s), str(r.restarts),
          (r.recipe and f"--recipe {r.recipe}") or r.command or "-") for r in rep.runs])
     for r in rep.runs:
+        if r.goodput is not None:
+            g = {k: v for k, v in r.goodput.items() if k != "productive_share"}
+            lines.append(f"{r.path}: goodput: {goodput_text(Goodput(**g))}")
         if r.cause:
             lines.append(f"{r.path}: the job failed because {r.cause}")
         if r.diagnosis:

@@ -1,7 +1,9 @@
 """A long-running worker for failure tests: all-reduce in a loop, report progress, write its pid.
 
 Env: LOOP_DIR (pid files go there as pid.<rank>), LOOP_STEPS (default 100000),
-HANG_RANK / HANG_AT_STEP (that rank sleeps forever at that step, in Python).
+HANG_RANK / HANG_AT_STEP (that rank sleeps forever at that step, in Python), LOOP_LOG=1
+(each step through meshrun.log, which writes metrics.jsonl with the step's time, rather than
+meshrun.progress).
 """
 
 import os
@@ -25,6 +27,9 @@ for step in range(int(os.environ.get("LOOP_STEPS", "100000"))):
         print(f"rank {rank} hanging at step {step}", flush=True)
         time.sleep(3600)
     dist.all_reduce(value)
-    meshrun.progress(step)
+    if os.environ.get("LOOP_LOG") == "1":
+        meshrun.log(step=step)
+    else:
+        meshrun.progress(step)
     time.sleep(0.05)
 meshrun.destroy_process_group()  # with every rank: no exit race
