@@ -7,7 +7,7 @@ import json
 import time
 
 import pytest
-from helpers import Nodes, clean_env
+from helpers import Nodes, clean_env, own_lines
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
@@ -39,7 +39,7 @@ def test_a_lost_node_shrinks_the_job_and_when_it_returns_the_job_grows_back(tmp_
     again, waits as a spare until the next complete checkpoint, then takes seat 2: the job
     grows back to 3 nodes, resumes from that checkpoint and finishes."""
     nodes = Nodes(tmp_path, RECIPE, nnodes=3, run_id="sh",
-                  extra=[*FAST, "--nnodes", "2:3"], env=clean_env())
+                  extra=[*FAST, "--nnodes", "2:3", "--status-every", "3"], env=clean_env())
     with nodes:
         _until_step(nodes, "sh", 15)
         nodes.crash(1)
@@ -66,6 +66,10 @@ def test_a_lost_node_shrinks_the_job_and_when_it_returns_the_job_grows_back(tmp_
         in log0
     assert log0.count(f"world 3 = dp 3 x tp 1, {STEPS} steps x 192 samples (32/device x 2 "
                       "accum x 3 dp)") == 2
+    # node 0's status line (--status-every 3): the step of 60, its rate, the last checkpoint
+    status = [ln for ln in own_lines(out0) if ln.startswith("meshrun: status: step ")]
+    assert any(f" of {STEPS}, " in ln and " steps/s, ETA " in ln for ln in status), status
+    assert any("; last checkpoint step " in ln for ln in status), status
     recs = _records(tmp_path, "sh")
     assert recs[-1]["step"] == STEPS
     assert recs[-1]["loss"] < recs[0]["loss"]

@@ -152,6 +152,19 @@ def start_watchdog(job: JobStore, plan: LaunchPlan, supervision: Supervision,
         else:
             files.put(write_atomically, *args)
 
+    status = None
+    if plan.node_rank == 0 and supervision.status_every > 0:
+        from .status import Status
+
+        job_config = plan.job
+        status = Status(supervision.status_every, total_steps=job_config.train.steps
+                        if job_config is not None and job_config.recipe else None)
+
+    def on_status(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+        files.put(append_line, events_path, json.dumps({"event": "status", "line": line,
+                                                        "time": time.time()}))
+
     dog = Watchdog(host=plan.master_addr, port=job.port, node_rank=plan.node_rank,
                    nnodes=plan.nnodes, world_size=plan.world_size, hosts=hosts,
                    node_timeout=supervision.node_timeout, hang_timeout=supervision.hang_timeout,
@@ -159,7 +172,8 @@ def start_watchdog(job: JobStore, plan: LaunchPlan, supervision: Supervision,
                    restarts_left=restarts_left, log_dir=plan.log_dir, rounds=rounds,
                    send_signal=procs.send, slow=slow, on_notice=on_notice,
                    on_summary=on_summary, spares=plan.spares, min_seats=plan.min_nodes,
-                   newest_checkpoint=_newest_checkpoint(plan))
+                   newest_checkpoint=_newest_checkpoint(plan), status=status,
+                   on_status=on_status)
     dog.start()
     relay_stop_signals(lambda: shut_connections(job.port, store_addresses))
     return dog
@@ -283,12 +297,12 @@ def write_atomically(path: str, text: str) -> None:
 
 
 def _newest_checkpoint(plan: LaunchPlan) -> Callable[[], int | None]:
-    """For a shrunk job's admission (node 0): the step of the recipe's newest complete
-    checkpoint (-1: none yet), or None where the job is no recipe's (nothing to read)."""
+    """For a shrunk job's admission and the status line (node 0): the step of the recipe's
+    newest complete checkpoint (-1: none yet), or None where the job is no recipe's."""
     job = plan.job
     directory = os.environ.get("MESHRUN_CHECKPOINT_DIR") or (
         job.checkpoint.dir if job is not None and job.recipe else "")
-    if not directory or plan.min_nodes is None:
+    if not directory:
         return lambda: None
 
     def newest() -> int | None:

@@ -42,6 +42,9 @@ class Supervision:
     slow_factor: float = _option(1.25, "slow: at least X times the other nodes' median time "
                                        "working (not waiting for the others)", minimum=1.0,
                                  kind="factor")
+    status_every: float = _option(60.0, "node 0 prints the job's status line (step, "
+                                         "steps/s, ETA, slowest node, last checkpoint) this "
+                                         "often (0 = off)")
     beat: float = _option(1.0, "the watchdog's period (heartbeat, judgement); tests only",
                           minimum=0.05, hidden=True)
     # not options: after a local worker failure, a node silent this many beats is lost

@@ -156,6 +156,8 @@ class Watchdog(threading.Thread):
                  spares: int = 0,
                  min_seats: int | None = None,
                  newest_checkpoint: Callable[[], int | None] = lambda: None,
+                 status: Any = None,
+                 on_status: Callable[[str], None] = lambda line: None,
                  on_warning: Callable[[str], None] = lambda line: print(
                      line, file=sys.stderr, flush=True),
                  ) -> None:
@@ -166,6 +168,7 @@ class Watchdog(threading.Thread):
         # a recipe's newest complete checkpoint step (-1: none yet; None: not a recipe's
         # job): a shrunk job takes a node back once a checkpoint newer than ``_admit_after``
         self.newest_checkpoint, self._admit_after = newest_checkpoint, None
+        self.status, self.on_status = status, on_status  # node 0: meshrun.runtime.status
         self.hosts = dict(hosts)
         self.node_timeout, self.hang_timeout, self.interval = node_timeout, hang_timeout, interval
         self._limit = node_timeout  # silence that makes a node lost (see suspect())
@@ -439,6 +442,11 @@ class Watchdog(threading.Thread):
                     self._judge_slow(values, now)
                 except Exception:  # noqa: BLE001, S110 - a warning must never cost a beat
                     pass
+        if self.status is not None and not self._lost and self.status.due(now):
+            try:
+                self._status_line(store, now)
+            except Exception:  # noqa: BLE001, S110 - a status line must never cost a beat
+                pass
         self._judge_rounds(store)
         self._publish(store, now)
         if self._lost:
@@ -775,6 +783,14 @@ class Watchdog(threading.Thread):
         """Every rank's progress value, in one call."""
         keys = [protocol.progress_key(r) for r in range(self.world_size)]
         return {r: protocol.text(v) for r, v in enumerate(self._read_all(store, keys))}
+
+    def _status_line(self, store: BoundedStore, now: float) -> None:
+        """Node 0: the job's status line (:mod:`meshrun.runtime.status`) when one is due."""
+        self.status.checkpoint(now, self.newest_checkpoint())
+        summary = self.slow.summary() if self.slow is not None else None
+        line = self.status.beat(now, self._progress_values(store), summary)
+        if line is not None:
+            self.on_status(line)
 
     def _judge_slow(self, values: dict[int, str], now: float) -> None:
         """Node 0: the straggler check (:mod:`meshrun.runtime.stragglers`) on this beat's
