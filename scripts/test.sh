@@ -4,8 +4,9 @@
 #   ./scripts/test.sh            # the whole suite (what CI runs)
 #   ./scripts/test.sh -m "not slow"   # extra arguments go to pytest
 #
-# As root on Debian/Ubuntu it installs SLURM, munge, Open MPI and iproute2 from the
-# distribution (for the real two-node SLURM cluster, mpirun and network-namespace tests);
+# As root on Debian/Ubuntu it installs SLURM, munge, Open MPI, iproute2 and a headless
+# Chromium from the distribution (for the real two-node SLURM cluster, mpirun,
+# network-namespace tests, and the run page in a browser);
 # elsewhere those tests are skipped with the reason, unless CI=true, where they fail.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,6 +17,8 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   command -v munged >/dev/null 2>&1 || need+=(munge)
   command -v mpirun >/dev/null 2>&1 || need+=(openmpi-bin)
   command -v ip >/dev/null 2>&1 || need+=(iproute2)
+  # the run page (meshrun report --html) is checked in a real headless browser
+  command -v chromium-headless-shell >/dev/null 2>&1 || need+=(chromium-headless-shell)
   if [ ${#need[@]} -gt 0 ]; then
     echo "installing ${need[*]} ..."
     apt-get update -qq

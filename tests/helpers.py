@@ -73,3 +73,39 @@ def goodput(run_dir, cwd=None) -> dict:
     assert abs(sum(g[p] for p in parts) - g["wall_s"]) < 0.01, g
     assert all(g[p] >= 0 for p in parts), g
     return g
+
+
+def browser() -> str | None:
+    """The distribution's headless Chromium (scripts/test.sh installs it as root on Debian)."""
+    return shutil.which("chromium-headless-shell") or shutil.which("chromium")
+
+
+def page_in_a_browser(run_dir, artefact: str) -> str:
+    """``meshrun report --html RUN_DIR``, then the page loaded in headless Chromium as a
+    person would open it (a file, offline): the DOM after its scripts ran, with no console
+    error; a screenshot kept (``$MESHRUN_TEST_ARTEFACTS/<artefact>.png`` when set, else
+    beside the page)."""
+    import os
+    from pathlib import Path
+
+    chrome = browser()
+    if chrome is None:
+        require("chromium-headless-shell", hint="scripts/test.sh installs it as root")
+    meshrun("report", "--html", str(run_dir), check_rc=0)
+    page = Path(run_dir) / "report.html"
+    common = [chrome, "--headless", "--no-sandbox", "--disable-gpu", "--allow-file-access-from-files",
+              "--enable-logging=stderr", "--v=0", "--virtual-time-budget=5000",
+              "--window-size=1200,2000"]
+    done = subprocess.run([*common, "--dump-dom", page.as_uri()], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    errors = [ln for ln in done.stderr.splitlines()
+              if "CONSOLE" in ln and ("Uncaught" in ln or "Error" in ln)]
+    assert not errors, errors
+    folder = Path(os.environ.get("MESHRUN_TEST_ARTEFACTS") or page.parent)
+    folder.mkdir(parents=True, exist_ok=True)
+    shot = subprocess.run([*common, f"--screenshot={folder / (artefact + '.png')}",
+                           page.as_uri()], capture_output=True, text=True, timeout=120)
+    assert shot.returncode == 0 and (folder / (artefact + ".png")).stat().st_size > 10_000, \
+        shot.stderr[-2000:]
+    return done.stdout

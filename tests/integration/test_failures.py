@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import SCRIPTS, Nodes, alive, clean_env, free_port, goodput, meshrun
+from helpers import SCRIPTS, Nodes, alive, clean_env, free_port, goodput, meshrun, page_in_a_browser
 
 pytestmark = pytest.mark.slow
 LOOP = str(SCRIPTS / "loop.py")
@@ -524,6 +524,12 @@ def test_recipe_with_a_restart_resumes_from_the_newest_checkpoint_after_a_killed
         g = goodput(tmp_path / "logs" / "rr")
         assert g["restarts"] == 1 and g["steps_again"] >= logged - newest, (g, logged, newest)
         assert g["recovery_s"] > 0 and g["checkpoint_s"] > 0 and g["productive_s"] > 0, g
+        # the run's page in a real browser: both charts drawn from every record, the
+        # goodput bar, the resume on node 0's lane
+        dom = page_in_a_browser(tmp_path / "logs" / "rr", "page-restart")
+        assert f'id="loss" class="chart" data-drawn="{len(records)}"' in dom, dom[:3000]
+        assert f'id="rate" class="chart" data-drawn="{len(records)}"' in dom
+        assert 'data-drawn="goodput"' in dom and 'data-kind="resumed"' in dom
     finally:
         if sim.poll() is None:
             sim.kill()

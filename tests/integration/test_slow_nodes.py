@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from helpers import SCRIPTS, clean_env, free_port, own_lines, wait_for_text
+from helpers import SCRIPTS, clean_env, free_port, own_lines, page_in_a_browser, wait_for_text
 
 from meshrun.harness import CpuQuota, Nodes
 from meshrun.harness import quota_available as available
@@ -128,6 +128,12 @@ def test_a_node_throttled_mid_run_is_named_on_every_console_within_30_s(tmp_path
     assert events[0]["event"] == "node-slow" and events[0]["node"] == 1
     rows = {r["node"]: r for r in json.loads((run / "node_steps.json").read_text())["nodes"]}
     assert rows[1]["named_slow"] == 1 and rows[0]["named_slow"] == 0, rows
+    # the run's page, in a real browser: the slow notice on node 1's lane and in the table
+    dom = page_in_a_browser(run, "page-slow-node")
+    assert 'data-ready="1"' in dom and 'data-node="1"' in dom, dom[-2000:]
+    lane1 = dom[dom.index('data-node="1"'):]
+    assert 'data-kind="slow"' in lane1.split('class="lane"')[0], lane1[:3000]
+    assert "<table data-drawn=\"nodes\">" in dom and "is slow: " in dom
 
 
 @pytest.mark.soak

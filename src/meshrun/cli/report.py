@@ -1,6 +1,7 @@
-"""``meshrun report [--json] [--baseline RUN-DIR] RUN-DIR ...``: what runs achieved
-(samples/s, MFU, last loss) and how throughput scaled between them
-(:mod:`meshrun.reports.report`)."""
+"""``meshrun report [--json] [--html] [--baseline RUN-DIR] RUN-DIR ...``: what runs achieved
+(samples/s, MFU, last loss, goodput) and how throughput scaled between them
+(:mod:`meshrun.reports.report`); ``--html`` writes each run's page, ``RUN-DIR/report.html``
+(:mod:`meshrun.reports.page`)."""
 
 from __future__ import annotations
 
@@ -21,11 +22,27 @@ class ReportVerb(Verb):
                             help="the run the others are compared with (default: the smallest "
                                  "world)")
         parser.add_argument("--json", action="store_true", help="print the report as JSON")
+        parser.add_argument("--html", action="store_true",
+                            help="write each run's page, RUN_DIR/report.html (offline, one "
+                                 "file: goodput, loss, throughput, nodes, a timeline)")
 
     def run(self, ctx: Context) -> int:
         from ..reports.report import render_text, report
 
         found = report(ctx.words or [], baseline=ctx.args.baseline)
+        if ctx.args.html:
+            import os
+
+            from ..outfile import write_output
+            from ..reports.page import render
+
+            for run in found.runs:
+                base = ctx.args.baseline if ctx.args.baseline != run.path else None
+                target = os.path.join(run.path, "report.html")
+                write_output(target, render(run.path, baseline=base), force=True,
+                             flag="--html")
+                print(f"meshrun: wrote {target}")
+            return 0
         print(json.dumps(found.to_json(), indent=2) if ctx.args.json else render_text(found))
         return 0
 

@@ -63,7 +63,7 @@ CATALOG: tuple[Signature, ...] = (
          meshrun_fix("make the nodes identical (same image, same code), or --no-preflight"),
          SETUP, "meshrun's `meshrun: error: preflight: ...` and missing `--require-path` lines"),
     sig("torch-missing", "torch is not installed",
-         [r"No module named '?torch'?(?:\s|$)"],
+         [r"No module named '?torch'?(?=[\s')]|$)"],
          "the Python that runs this rank has no torch: a different interpreter, virtualenv or "
          "image than the one meshrun was installed in",
          "install torch in the environment meshrun runs from (python -m pip install torch), or "
@@ -95,17 +95,22 @@ CATALOG: tuple[Signature, ...] = (
          suppresses=("python-module-missing",), also=("numpy-missing", "numpy-version-mismatch")),
     sig("numpy-missing", "numpy is not installed",
          [r"RuntimeError: Numpy is not available", r"Failed to initialize NumPy",
-          r"No module named '?numpy'?(?:\s|$)"],
-         "torch cannot use numpy on this rank: numpy is not installed in the environment the "
-         "workers run in (torch's wheel does not depend on it), and torch.distributed's object "
-         "collectives (broadcast_object_list, all_gather_object), DataLoader collation of numpy "
-         "arrays and tensor.numpy() need it",
+          r"No module named '?numpy'?(?:\s|$)",
+          r"numpy\.core\.multiarray failed to import"],
+         lambda h: ("torch cannot use numpy on this rank: numpy is not installed in the "
+                    "environment the workers run in (torch's wheel does not depend on it)"
+                    + (", or it is older than the numpy this torch was built against"
+                       if "multiarray" in h.match.group(0) else "")
+                    + ", and torch.distributed's object collectives (broadcast_object_list, "
+                    "all_gather_object), DataLoader collation of numpy arrays and "
+                    "tensor.numpy() need it"),
          "install numpy in the environment meshrun runs from (python -m pip install numpy), on "
          "every node; a package that needs it should declare it",
          unless_warning(SETUP), "`No module named 'numpy'`, and `Numpy is not available` / "
          "`Failed to initialize NumPy` where the log says it (advice only in torch's import "
          "warning: the run may have failed of something else)",
-         confirm=r"No module named '?numpy", suppresses=("python-module-missing",)),
+         confirm=r"No module named '?numpy|numpy\.core\.multiarray failed to import",
+         suppresses=("python-module-missing",)),
     sig("windows-no-libuv", "torch built without libuv",
          [r"use_libuv was requested but PyTorch was buil[dt] without libuv support"],
          "this torch build has no libuv (the Windows wheels), while the TCPStore asks for its "
@@ -194,13 +199,15 @@ CATALOG: tuple[Signature, ...] = (
          FAULT, "DDP's `Expected to have finished reduction in the prior iteration before "
          "starting a new one`"),
     sig("checkpoint-module-prefix", "checkpoint keys carry 'module.'",
-         [r"Unexpected key\(s\) in state_dict: \"module\."],
+         [r"Unexpected key\(s\) in state_dict: \"module\.",
+          r"unexpected key \"module\.[^\"]*\" in state_dict"],
          "the checkpoint was saved from a model wrapped in (Distributed)DataParallel, whose "
          "keys all start with 'module.', and is loaded into the bare model",
          "save model.module.state_dict() (the unwrapped model), or strip the prefix when "
          "loading: torch.nn.modules.utils.consume_prefix_in_state_dict_if_present(state, "
          "'module.')",
-         FAULT, "`Unexpected key(s) in state_dict: \"module.…` when loading a checkpoint"),
+         FAULT, "`Unexpected key(s) in state_dict: \"module.…` when loading a checkpoint "
+         "(torch 0.x: `unexpected key \"module.…\" in state_dict`)"),
     sig("cuda-on-cpu-torch", "CUDA asked of a CPU-only torch",
          [r"module 'torch\._C' has no attribute '_cuda_\w+'",
           r"Torch not compiled with CUDA enabled"],
@@ -240,15 +247,31 @@ CATALOG: tuple[Signature, ...] = (
     sig("fabric-manager-fault", "NVSwitch fabric manager fault",
          [(r"transport/nvls\.cc:\d+ NCCL WARN Cuda failure (?:\d+ )?'(?:invalid argument|"
            r"system not yet initialized|operation not supported)'"),
-          r"CUDA error: system not yet initialized"],
+          r"CUDA error: system not yet initialized",
+          r"cuda runtime error \(802\) : system not yet initialized",
+          r"Error 802: system not yet initialized"],
          "the GPUs' NVSwitch fabric is not ready: on HGX/DGX systems (H100, H200, A100 with "
          "NVSwitch) the fabric manager (nvidia-fabricmanager) is not running, or was restarted "
          "without resetting the GPUs, so NCCL's NVLink SHARP set-up (or CUDA itself) fails",
          "check systemctl status nvidia-fabricmanager on the node; start it, reset the GPUs "
          "(nvidia-smi -r) or reboot the node; NCCL_NVLS_ENABLE=0 avoids NVLS meanwhile",
          SETUP, "NCCL's `transport/nvls.cc: NCCL WARN Cuda failure ...`, `CUDA error: system not "
-         "yet initialized`",
+         "yet initialized` (CUDA's error 802, also `cuda runtime error (802)` and torch's "
+         "`Unexpected error from cudaGetDeviceCount() ... Error 802`)",
          suppresses=("nccl-unhandled-cuda-error", "nccl-internal-error", "cuda-init-failed")),
+    sig("nccl-graph-file-mismatch", "NCCL's graph file is for another machine",
+         [r"NCCL WARN XML Import Channel : dev \d+ not found"],
+         lambda h: ("NCCL_GRAPH_FILE (with NCCL_TOPO_FILE) points at a graph written for "
+                    "another machine shape: it names a GPU this machine does not have, so "
+                    "NCCL's graph import fails" + "".join(
+                        f" ({m.group(1)})" for m in [re.search(
+                            r"NCCL_GRAPH_FILE set by environment to (\S+)", h.text)] if m)),
+         "unset NCCL_GRAPH_FILE (and NCCL_TOPO_FILE unless it describes this machine): VM "
+         "images set them for their largest size (Azure's /opt/microsoft/ncv4 files); "
+         "check the image's /etc/nccl.conf and profile",
+         SETUP, "`graph/search.cc: NCCL WARN XML Import Channel : dev N not found` (a graph "
+         "file set by the environment)",
+         suppresses=("nccl-system-error", "nccl-internal-error")),
     sig("nccl-interface-not-found", "NCCL has no usable interface",
          [r"no socket interface found",
           r"with family \d+ is neither AF_INET\(2\) nor AF_INET6\(10\)",
@@ -306,14 +329,14 @@ CATALOG: tuple[Signature, ...] = (
          "denied (publickey)`, `Host key verification failed`"),
     sig("hostname-lookup-failed", "`hostname -I` unsupported",
          [r"Command '\['hostname -I'\]' returned non-zero exit status",
-          r"hostname: invalid option -- 'I'"],
+          r"hostname: invalid option -- 'I'", r"hostname: illegal option -- I"],
          "the launcher asked `hostname -I` for this node's address (DeepSpeed's MPI discovery "
-         "does) and this host's hostname command (GNU inetutils) has no -I option",
+         "does) and this host's hostname command (GNU inetutils, macOS) has no -I option",
          "give the master address yourself (MASTER_ADDR / --master_addr, meshrun's "
          "--master-addr) so no discovery runs, or install the Debian/Ubuntu 'hostname' package "
          "whose hostname knows -I",
          SETUP, "`Command '['hostname -I']' returned non-zero exit status`, `hostname: invalid "
-         "option -- 'I'`",
+         "option -- 'I'`, macOS's `hostname: illegal option -- I`",
          suppresses=("deepspeed-outside-launcher", "mpi4py-missing")),
     sig("network-download-failed", "cannot reach the download host",
          [r"Failed to resolve '(?P<site>[^']+)'",
@@ -609,6 +632,19 @@ CATALOG: tuple[Signature, ...] = (
          "and the free space (df -h) on every node that saves",
          FAULT, "torch.save's `RuntimeError: File X cannot be opened.` (its text names the three "
          "causes)", also=("disk-full",)),
+    sig("path-not-writable", "a path the job writes is not writable",
+         [r"PermissionError: \[Errno 13\] Permission denied: '(?P<path>(?!/dev/shm)[^']+)'",
+          r"OSError: \[Errno 30\] Read-only file system: '(?P<ro>[^']+)'"],
+         lambda h: (f"this process may not create or write {h.group('path') or h.group('ro')}"
+                    + (" (a read-only file system)" if h.group("ro") else
+                       ": it does not exist and its parent is not writable by this user, or it "
+                       "belongs to another user")
+                    + "; often a script's default output or checkpoint folder (/data, /mnt/...) "
+                    "that exists on its author's machine only"),
+         "point the script's output and checkpoint folders at a path this user can write on "
+         "every node (a shared one for checkpoints), or create it with the right owner first",
+         SETUP, "`PermissionError: [Errno 13] Permission denied: '/data'` (not /dev/shm: "
+         "shm-not-writable), `OSError: [Errno 30] Read-only file system: ...`"),
     sig("too-many-open-files", "too many open files",
          [r"Too many open files", r"\[Errno 24\]", r"received \d+ items of ancdata"],
          "the process hit its open-file limit: DataLoader workers pass tensors through file "

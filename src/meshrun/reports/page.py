@@ -1,0 +1,274 @@
+"""One self-contained HTML page per run (``meshrun report --html RUN-DIR``): the run's
+outcome and goodput, loss and throughput over the run, every node's figures, and a timeline
+with one lane per node. Torch-free; reads only the run folder.
+
+It works offline: the charting library, uPlot (MIT, 51 KB: canvas charts made for time
+series, no dependencies; ``reports/assets``, from npm's ``uplot`` 1.6.32), its CSS and the
+run's data are inlined; the page fetches nothing. A file of the run folder that is missing
+or does not parse leaves its part of the page empty and is named at the top, never a
+traceback.
+
+The timeline's events are meshrun's own lines of each ``node<k>.log`` (each carries its
+time): the start, the join, the preflight, the workers' starts (with the membership epoch),
+restarts, lost nodes, hangs, slow-node notices, membership changes, the end; and from
+``metrics.jsonl`` (rank 0, node 0's lane) the checkpoints saved and the resumes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import json
+import os
+import re
+from importlib import resources
+from typing import Any
+
+from . import run_info
+
+KINDS = [  # (kind, pattern on the line after "meshrun: ")
+    ("joined", re.compile(r"^all \d+ nodes joined")),
+    ("preflight", re.compile(r"^preflight: ")),
+    ("workers", re.compile(r"^starting \d+ workers?: ")),
+    ("restart", re.compile(r"^restarting node ")),
+    ("lost", re.compile(r"is lost \(|^job stopped: node \d+ .* is lost")),
+    ("hang", re.compile(r"^job hung")),
+    ("slow", re.compile(r" is slow: ")),
+    ("recovered", re.compile(r" is no longer slow")),
+    ("membership", re.compile(r"takes its seat|goes on with|grows to|waits as a spare|is back")),
+    ("done", re.compile(r"finished successfully")),
+    ("failed", re.compile(r"^the job failed because|exited with code|was killed by|^error: ")),
+]
+
+
+def _events(path: str, problems: list[str]) -> dict[int, list[dict[str, Any]]]:
+    lanes: dict[int, list[dict[str, Any]]] = {}
+    try:
+        names = sorted(os.listdir(path))
+    except OSError as exc:
+        problems.append(f"{path}: {exc.strerror}")
+        return lanes
+    for name in names:
+        m = re.match(r"^node(\d+)\.log$", name)
+        if not m:
+            continue
+        node, found, last = int(m.group(1)), [], None
+        try:
+            with open(os.path.join(path, name), encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    t = run_info.stamp_time(line)
+                    if t is None:
+                        continue
+                    body = line.split(" ", 1)[1].strip() if " " in line else ""
+                    if not found:
+                        found.append({"t": t, "kind": "start", "text": body[:300]})
+                    last = (t, body)
+                    if not body.startswith("meshrun: "):
+                        continue
+                    said = body[len("meshrun: "):]
+                    kind = next((k for k, pattern in KINDS if pattern.search(said)), None)
+                    if kind is not None:
+                        found.append({"t": t, "kind": kind, "text": body[:500]})
+        except OSError as exc:
+            problems.append(f"{name}: {exc.strerror}")
+            continue
+        if last is not None:
+            found.append({"t": last[0], "kind": "end", "text": last[1][:300]})
+        lanes[node] = found
+    return lanes
+
+
+def _json_file(path: str, name: str, problems: list[str]) -> Any:
+    full = os.path.join(path, name)
+    if not os.path.exists(full):
+        return None
+    try:
+        with open(full, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError) as exc:
+        problems.append(f"{name} does not parse ({type(exc).__name__})")
+        return None
+
+
+def data(path: str) -> dict[str, Any]:
+    """Everything the page shows, as JSON-able data (tests read it back from the page)."""
+    from .report import summarize
+
+    problems: list[str] = []
+    summary = None
+    try:
+        summary = summarize(path)
+    except Exception as exc:  # noqa: BLE001 - a page that says what it could not read
+        problems.append(str(exc))
+    records: list[dict[str, Any]] = []
+    try:
+        from .report import _records
+
+        records = _records(path)
+    except Exception as exc:  # noqa: BLE001 - named at the top of the page instead
+        problems.append(str(exc))
+    lanes = _events(path, problems)
+    starts = [e["t"] for lane in lanes.values() for e in lane]
+    t0 = min(starts) if starts else None
+    for r in records:
+        t = r.get("at", r.get("time"))
+        if not isinstance(t, (int, float)) or t0 is None or t < t0:
+            continue
+        if r.get("checkpoint_s"):
+            lanes.setdefault(0, []).append({"t": t, "kind": "checkpoint", "text":
+                                            f"checkpoint saved by step {r['step']} "
+                                            f"({r['checkpoint_s']:.2f} s saving)"})
+        if r.get("first_step") and r is not records[0]:
+            lanes.setdefault(0, []).append({"t": t, "kind": "resumed",
+                                            "text": f"first step after a restart: {r['step']}"})
+    for lane in lanes.values():
+        lane.sort(key=lambda e: e["t"])
+    steps = _json_file(path, "node_steps.json", problems)
+    if not lanes:
+        problems.append("no node<k>.log in the folder: no timeline")
+    if not records:
+        problems.append("no metrics.jsonl records: no loss or throughput chart")
+    series = [{"step": r["step"], "t": (r.get("at", r.get("time")) - t0)
+               if isinstance(r.get("at", r.get("time")), (int, float)) and t0 else None,
+               "loss": r.get("loss"), "samples_per_s": r.get("samples_per_s")}
+              for r in records]
+    run = dataclasses.asdict(summary) if summary is not None else {}
+    return {"path": path, "run": run, "t0": t0, "lanes": {str(k): v for k, v in lanes.items()},
+            "series": series, "nodes": (steps or {}).get("nodes", []) if isinstance(steps, dict)
+            else [], "problems": problems}
+
+
+def _asset(name: str) -> str:
+    return resources.files("meshrun.reports").joinpath("assets", name).read_text("utf-8")
+
+
+def render(path: str, baseline: str | None = None) -> str:
+    """The page of run folder ``path`` (``baseline``: another run's series on its charts)."""
+    page = data(path)
+    if baseline is not None:
+        page["baseline"] = data(baseline)
+    payload = json.dumps(page).replace("</", "<\\/")
+    title = html.escape(f"meshrun run {page['run'].get('run_id', os.path.basename(path))}")
+    return _TEMPLATE.format(title=title, css=_asset("uPlot.min.css"),
+                            lib=_asset("uPlot.iife.min.js"), payload=payload, script=_SCRIPT)
+
+
+_TEMPLATE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
+<style>{css}</style>
+<style>
+body {{ font: 14px system-ui, sans-serif; margin: 24px; color: #222; max-width: 1100px; }}
+h1 {{ font-size: 20px; }} h2 {{ font-size: 16px; margin-top: 28px; }}
+.problems {{ background: #fff4e5; border: 1px solid #f0c080; padding: 8px 12px; }}
+.bar {{ display: flex; height: 22px; border: 1px solid #999; }}
+.bar div {{ height: 100%; }}
+.legend span {{ display: inline-block; margin-right: 14px; }}
+.legend i {{ display: inline-block; width: 10px; height: 10px; margin-right: 4px; }}
+.lane {{ position: relative; height: 26px; border-bottom: 1px solid #ddd; margin-left: 70px; }}
+.lane b {{ position: absolute; left: -70px; top: 4px; font-weight: normal; }}
+.ev {{ position: absolute; top: 5px; width: 8px; height: 14px; margin-left: -4px;
+       border-radius: 2px; cursor: default; }}
+table {{ border-collapse: collapse; }} td, th {{ border: 1px solid #ccc; padding: 3px 8px; }}
+</style></head>
+<body>
+<h1>{title}</h1>
+<div id="summary"></div>
+<div id="problems"></div>
+<h2>Where the time went</h2><div id="goodput"></div>
+<h2>Loss</h2><div id="loss" class="chart"></div>
+<h2>Throughput</h2><div id="rate" class="chart"></div>
+<h2>Nodes</h2><div id="nodes"></div>
+<h2>Timeline</h2><div id="timeline"></div><div id="events"></div>
+<script id="data" type="application/json">{payload}</script>
+<script>{lib}</script>
+<script>{script}</script>
+</body></html>
+"""
+
+_SCRIPT = r"""
+"use strict";
+const D = JSON.parse(document.getElementById("data").textContent);
+const COLORS = {start: "#888", joined: "#5b8", preflight: "#3a7", workers: "#27c",
+  restart: "#e80", lost: "#d22", hang: "#a0a", slow: "#fa0", recovered: "#7b7",
+  membership: "#c5c", done: "#2a2", failed: "#d00", end: "#444", checkpoint: "#59f",
+  resumed: "#f60"};
+const esc = s => String(s).replace(/[&<>"]/g, c => ({"&": "&amp;", "<": "&lt;", ">": "&gt;",
+  '"': "&quot;"})[c]);
+function secs(x) { return x == null ? "-" : (x < 120 ? x.toFixed(1) + " s" :
+  Math.floor(x / 60) + " min " + String(Math.round(x % 60)).padStart(2, "0") + " s"); }
+const run = D.run || {};
+document.getElementById("summary").innerHTML = "<p>" + esc(run.outcome || "unknown") +
+  ", wall " + secs(run.wall_s) + ", " + (run.restarts || 0) + " restart(s), world " +
+  esc(run.world_size || "?") + " (" + esc(run.nnodes || "?") + " x " +
+  esc(run.nproc_per_node || "?") + ")" + (run.cause ? "<br>the job failed because " +
+  esc(run.cause) : "") + "</p>";
+if (D.problems.length) document.getElementById("problems").innerHTML =
+  "<div class='problems'><b>Not shown:</b><ul>" + D.problems.map(p => "<li>" + esc(p) +
+  "</li>").join("") + "</ul></div>";
+const g = run.goodput, GP = [["startup_s", "start-up", "#bbb"], ["productive_s", "training",
+  "#2a2"], ["checkpoint_s", "checkpoints", "#59f"], ["recovery_s", "recovery", "#e80"],
+  ["lost_s", "lost work", "#d22"], ["end_s", "end", "#666"]];
+document.getElementById("goodput").innerHTML = g ? "<p><b>" + (100 *
+  g.productive_share).toFixed(1) + "% productive</b> of " + secs(g.wall_s) + "</p>" +
+  "<div class='bar' data-drawn='goodput'>" + GP.map(([k, n, c]) => "<div title='" + n + " " +
+  secs(g[k]) + "' style='width:" + (100 * g[k] / g.wall_s) + "%;background:" + c +
+  "'></div>").join("") + "</div><p class='legend'>" + GP.map(([k, n, c]) => "<span><i " +
+  "style='background:" + c + "'></i>" + n + " " + secs(g[k]) + "</span>").join("") + "</p>"
+  : "<p>" + esc(run.goodput_why || "no goodput") + "</p>";
+function chart(id, xs, series, xlabel) {
+  const el = document.getElementById(id);
+  if (!xs.length) { el.textContent = "nothing recorded"; return; }
+  const opts = {width: Math.min(1050, window.innerWidth - 60), height: 260,
+    scales: {x: {time: false}}, axes: [{label: xlabel}, {}],
+    series: [{label: xlabel}].concat(series.map(s => ({label: s.label, stroke: s.color,
+      width: 2, spanGaps: true})))};
+  new uPlot(opts, [xs].concat(series.map(s => s.ys)), el);
+  el.setAttribute("data-drawn", String(xs.length));
+}
+function seriesOf(d, key, x) { return d.series.filter(r => r[x] != null && r[key] != null); }
+const base = D.baseline;
+const lossRows = seriesOf(D, "loss", "step");
+const lossSeries = [{label: "loss", color: "#c22", ys: lossRows.map(r => r.loss)}];
+let lossX = lossRows.map(r => r.step);
+if (base) {
+  const b = seriesOf(base, "loss", "step"), m = new Map(b.map(r => [r.step, r.loss]));
+  const steps = Array.from(new Set(lossX.concat(b.map(r => r.step)))).sort((p, q) => p - q);
+  const own = new Map(lossRows.map(r => [r.step, r.loss]));
+  lossX = steps; lossSeries[0].ys = steps.map(s => own.has(s) ? own.get(s) : null);
+  lossSeries.push({label: "baseline loss", color: "#888",
+                   ys: steps.map(s => m.has(s) ? m.get(s) : null)});
+}
+chart("loss", lossX, lossSeries, "step");
+const rateRows = seriesOf(D, "samples_per_s", "t");
+chart("rate", rateRows.map(r => r.t), [{label: "samples/s", color: "#27c",
+  ys: rateRows.map(r => r.samples_per_s)}], "seconds since the start");
+const nodes = D.nodes || [];
+document.getElementById("nodes").innerHTML = nodes.length ? "<table data-drawn='nodes'>" +
+  "<tr><th>node</th><th>host</th><th>step time</th><th>compute</th><th>share working</th>" +
+  "<th>ratio</th><th>named slow</th></tr>" + nodes.map(n => "<tr><td>" + esc(n.node) +
+  "</td><td>" + esc(n.host) + "</td><td>" + (n.step_time_s == null ? "-" :
+  (1000 * n.step_time_s).toFixed(1) + " ms") + "</td><td>" + (n.compute_s == null ? "-" :
+  (1000 * n.compute_s).toFixed(1) + " ms") + "</td><td>" + (n.work_share == null ? "-" :
+  n.work_share.toFixed(3)) + "</td><td>" + (n.ratio == null ? "-" : n.ratio.toFixed(2) +
+  "x") + "</td><td>" + esc(n.named_slow || 0) + "</td></tr>").join("") + "</table>" +
+  "<p>(the run's means, node_steps.json: per-node figures over time are not recorded)</p>"
+  : "<p>no node_steps.json (the slow-node check was off, or the run ended early)</p>";
+const lanes = D.lanes || {}, all = [].concat(...Object.values(lanes));
+const tl = document.getElementById("timeline");
+if (all.length && D.t0 != null) {
+  const end = Math.max(...all.map(e => e.t)), span = Math.max(end - D.t0, 1e-3);
+  tl.innerHTML = Object.keys(lanes).sort((a, b) => a - b).map(k => "<div class='lane' " +
+    "data-node='" + k + "'><b>node " + esc(k) + "</b>" + lanes[k].map(e => "<span class='ev' " +
+    "data-kind='" + e.kind + "' title='" + esc(secs(e.t - D.t0) + ": " + e.text) + "' " +
+    "style='left:" + (100 * (e.t - D.t0) / span) + "%;background:" + (COLORS[e.kind] ||
+    "#000") + "'></span>").join("") + "</div>").join("");
+  tl.setAttribute("data-drawn", String(all.length));
+  document.getElementById("events").innerHTML = "<p class='legend'>" + Object.entries(COLORS)
+    .map(([k, c]) => "<span><i style='background:" + c + "'></i>" + k + "</span>").join("") +
+    "</p><table><tr><th>time</th><th>node</th><th>event</th><th>line</th></tr>" +
+    Object.keys(lanes).flatMap(k => lanes[k].map(e => [e, k])).sort((p, q) => p[0].t - q[0].t)
+    .map(([e, k]) => "<tr><td>" + secs(e.t - D.t0) + "</td><td>" + esc(k) + "</td><td>" +
+    esc(e.kind) + "</td><td>" + esc(e.text) + "</td></tr>").join("") + "</table>";
+} else { tl.textContent = "no timeline (no node<k>.log)"; }
+document.body.setAttribute("data-ready", "1");
+"""
