@@ -59,9 +59,9 @@ def test_the_page_holds_the_runs_data_and_fetches_nothing(tmp_path):
     assert [r["step"] for r in d["series"]] == list(range(1, 41))
     assert d["series"][0]["t"] == 8.0 and d["run"]["goodput"]["restarts"] == 0
     kinds = {k: [e["kind"] for e in v] for k, v in d["lanes"].items()}
-    assert kinds["1"] == ["start", "joined", "preflight", "workers", "done", "end"]
+    assert kinds["1"] == ["start", "joined", "preflight", "workers", "done"]
     assert kinds["0"] == ["start", "joined", "preflight", "workers", "checkpoint", "slow",
-                          "done", "end"]
+                          "done"]
     slow = next(e for e in d["lanes"]["0"] if e["kind"] == "slow")
     assert slow["t"] == T0 + 40 and "node 1 (vm) is slow: 1.60x" in slow["text"]
 

@@ -80,10 +80,28 @@ class RunVerb(Verb):
         check_checkpoint_dir(plan)
         check_log_dir(plan.log_dir)
         shown = shown_ranks(a)
-        return run(plan, env=ctx.env, max_restarts=restarts(a, ctx.env),
+        code = run(plan, env=ctx.env, max_restarts=restarts(a, ctx.env),
                    preflight=not a.no_preflight, require_paths=tuple(a.require_path),
                    supervision=supervision(a, ctx.env), verbose=a.verbose, shown=shown,
                    timestamps=a.timestamps)
+        if plan.node_rank == 0:
+            _write_page(plan.log_dir)
+        return code
+
+
+def _write_page(log_dir: str) -> None:
+    """Node 0 leaves the run's page in the run folder when the job ends (report.html: what
+    ``meshrun report --html`` writes; the other nodes' last lines may come after it).
+    Best effort: a page that cannot be written never changes the run's outcome."""
+    try:
+        import os
+
+        from ..outfile import write_output
+        from ..reports.page import render
+
+        write_output(os.path.join(log_dir, "report.html"), render(log_dir), force=True)
+    except Exception:  # noqa: BLE001, S110 - a report page never fails a run
+        pass
 
 
 VERB = RunVerb()

@@ -62,17 +62,18 @@ def _events(path: str, problems: list[str]) -> dict[int, list[dict[str, Any]]]:
                     body = line.split(" ", 1)[1].strip() if " " in line else ""
                     if not found:
                         found.append({"t": t, "kind": "start", "text": body[:300]})
-                    last = (t, body)
+                    last = (t, body, False)
                     if not body.startswith("meshrun: "):
                         continue
                     said = body[len("meshrun: "):]
                     kind = next((k for k, pattern in KINDS if pattern.search(said)), None)
                     if kind is not None:
                         found.append({"t": t, "kind": kind, "text": body[:500]})
+                        last = (t, body, True)
         except OSError as exc:
             problems.append(f"{name}: {exc.strerror}")
             continue
-        if last is not None:
+        if last is not None and not last[2]:   # the node's last line, unless already an event
             found.append({"t": last[0], "kind": "end", "text": last[1][:300]})
         lanes[node] = found
     return lanes
