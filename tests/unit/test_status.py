@@ -38,3 +38,27 @@ def test_off_and_durations():
     assert Status(every=0).beat(100.0, values(5)) is None
     assert [duration(s) for s in (5, 89, 95, 3725)] == ["5 s", "89 s", "1 min 35 s",
                                                         "1 h 02 min"]
+
+
+def test_the_lines_figures_go_to_tensorboard_when_it_is_installed(tmp_path):
+    """What node 0's file writer does with each line's figures (runtime/supervise.py)."""
+    import pytest
+
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from meshrun.runtime.supervise import _status_scalars
+
+    status = Status(every=10.0, total_steps=100)
+    board: list = []
+    status.beat(0.0, {})
+    status.checkpoint(5.0, 20)
+    for now, step in ((10.0, 20), (20.0, 40)):
+        status.beat(now, values(step, step))
+        _status_scalars(board, str(tmp_path), dict(status.figures))
+    events = EventAccumulator(str(tmp_path / "tensorboard" / "meshrun"))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("meshrun/steps_per_s")] == [(40, 2.0)]
+    assert [(e.step, e.value) for e in events.Scalars("meshrun/eta_s")] == [(40, 30.0)]
+    assert [(e.step, e.value) for e in events.Scalars("meshrun/checkpoint_age_s")] == \
+        [(20, 5.0), (40, 15.0)]

@@ -15,6 +15,10 @@ line is due (every ``every`` seconds, ``--status-every``) and what it reads:
   as ``node_steps.json`` gives it), left out when the check is off or has no figure;
 - the checkpoint is a recipe's newest complete one (when it was first seen), left out for a
   script meshrun cannot see the checkpoints of.
+
+The same figures (``figures``: steps/s or collectives/s, the ETA, the slowest ratio, the
+checkpoint's age) go to TensorBoard when it is installed, under ``<log dir>/tensorboard/
+meshrun`` (a run of its own beside the recipes' scalars), at the step they were read.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ class Status:
     _checkpoint: tuple[int, float] | None = None       # (newest step, when first seen)
     _started: float | None = None
     history: list[str] = field(default_factory=list)
+    figures: dict = field(default_factory=dict)   # the last line's numbers (TensorBoard)
 
     def due(self, now: float) -> bool:
         """Whether a line may be due at ``now`` (the values are read only then)."""
@@ -67,24 +72,32 @@ class Status:
             return None            # nobody reported yet
         parts = []
         rate = None
+        figures: dict = {"position": position}
         if self._last is not None and self._last[2] == unit and now > self._last[0]:
             rate = (position - self._last[1]) / (now - self._last[0])
         if unit == "step":
             where = f"step {position}" + (f" of {self.total_steps}" if self.total_steps else "")
             if rate is not None:
                 where += f", {rate:.2f} steps/s"
+                figures["steps_per_s"] = rate
                 if self.total_steps and rate > 0 and position < self.total_steps:
-                    where += f", ETA {duration((self.total_steps - position) / rate)}"
+                    figures["eta_s"] = (self.total_steps - position) / rate
+                    where += f", ETA {duration(figures['eta_s'])}"
         else:
             where = f"collectives {position}" + (f", {rate:.0f}/s" if rate is not None else "")
+            if rate is not None:
+                figures["collectives_per_s"] = rate
         parts.append(where)
         slowest = _slowest(summary)
         if slowest is not None:
             parts.append(f"slowest node {slowest[0]} at {slowest[1]:.2f}x")
+            figures["slowest_ratio"] = slowest[1]
         if self._checkpoint is not None:
             step, seen = self._checkpoint
             parts.append(f"last checkpoint step {step}, {duration(now - seen)} ago")
+            figures["checkpoint_age_s"] = now - seen
         self._last = (now, position, unit)
+        self.figures = figures
         line = "meshrun: status: " + "; ".join(parts)
         self.history.append(line)
         return line

@@ -160,10 +160,13 @@ def start_watchdog(job: JobStore, plan: LaunchPlan, supervision: Supervision,
         status = Status(supervision.status_every, total_steps=job_config.train.steps
                         if job_config is not None and job_config.recipe else None)
 
+    board: list[Any] = []   # the TensorBoard writer, made at the first line (when installed)
+
     def on_status(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
         files.put(append_line, events_path, json.dumps({"event": "status", "line": line,
                                                         "time": time.time()}))
+        files.put(_status_scalars, board, plan.log_dir, dict(status.figures))
 
     dog = Watchdog(host=plan.master_addr, port=job.port, node_rank=plan.node_rank,
                    nnodes=plan.nnodes, world_size=plan.world_size, hosts=hosts,
@@ -294,6 +297,28 @@ def write_atomically(path: str, text: str) -> None:
             os.unlink(path + ".tmp")
         except OSError:
             pass
+
+
+def _status_scalars(board: list[Any], log_dir: str, figures: dict) -> None:
+    """The status line's figures as TensorBoard scalars (``<log dir>/tensorboard/meshrun``),
+    where tensorboard is installed; on the file writer's thread, never the watchdog's."""
+    try:
+        if not board:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:   # optional
+                board.append(None)
+                return
+            board.append(SummaryWriter(os.path.join(log_dir, "tensorboard", "meshrun")))
+        writer = board[0]
+        if writer is None:
+            return
+        step = int(figures.pop("position", 0))
+        for key, value in figures.items():
+            writer.add_scalar(f"meshrun/{key}", value, step)
+        writer.flush()
+    except Exception:  # noqa: BLE001 - scalars are a copy: never the file writer's end
+        board[:] = [None]
 
 
 def _newest_checkpoint(plan: LaunchPlan) -> Callable[[], int | None]:
