@@ -265,7 +265,16 @@ def soak(name: str, nnodes: int, seconds: float) -> dict:
         if ready is None:
             return {**row, "error": "never reported", "tail": job.out()[-1500:]}
         job.agents_out()
+        stop = threading.Event()
+        if TRACE[0]:
+            job.watch_rank0(stop)   # every rank's values, twice a second, for the trace
+        started = time.monotonic()
         _wait(job, lambda: False, seconds)
+        stop.set()
+        if TRACE[0]:
+            Path(TRACE[0]).mkdir(parents=True, exist_ok=True)
+            Path(TRACE[0], f"soak-{name}-{nnodes}.json").write_text(json.dumps(
+                {"cut": started, "nproc": job.layout.nproc, "trace": job.trace}))
         outs = "\n".join(job.out(k) for k in range(nnodes))
         alarms = _lines(outs, " is slow") + _lines(outs, "job hung")
         summary = job.steps() or {}
@@ -432,7 +441,8 @@ def main() -> int:
                         help="the part of the host's cores the nodes' quotas add up to")
     parser.add_argument("--json", metavar="PATH")
     parser.add_argument("--trace", metavar="DIR",
-                        help="slow: keep every rank's progress values (twice a second) there")
+                        help="slow, soak: keep every rank's progress values (twice a second) "
+                             "there, to replay the rule offline")
     a = parser.parse_args()
     TRACE[0] = a.trace
     SHARES[0], NODE_SHARE[0] = a.shares, a.node_share
