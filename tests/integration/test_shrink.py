@@ -73,3 +73,21 @@ def test_a_lost_node_shrinks_the_job_and_when_it_returns_the_job_grows_back(tmp_
     recs = _records(tmp_path, "sh")
     assert recs[-1]["step"] == STEPS
     assert recs[-1]["loss"] < recs[0]["loss"]
+
+
+def test_below_the_minimum_a_lost_node_ends_the_job_as_without_a_range(tmp_path):
+    """3 nodes, --nnodes 2:3: node 1 is SIGKILLed (the job shrinks to 2), then node 2: at
+    the minimum, the loss ends the job on node 0 with the lost-node line and exit 4."""
+    nodes = Nodes(tmp_path, RECIPE + ["--set", "train.steps=100000"], nnodes=3, run_id="mn",
+                  extra=[*FAST, "--nnodes", "2:3"], env=clean_env())
+    with nodes:
+        _until_step(nodes, "mn", 3)
+        nodes.crash(1)
+        assert nodes.wait_for("no spare left: the job goes on with 2 nodes", node=0, timeout=30,
+                              alive=(0, 2)) is not None, nodes.outputs()[-4000:]
+        assert nodes.wait_for("starting 1 worker: rank 1 of 2", node=2, timeout=60,
+                              alive=(0, 2)) is not None, nodes.outputs()[-4000:]
+        nodes.crash(2)
+        assert nodes.procs[0].wait(timeout=60) == 4, nodes.output(0)[-3000:]
+    lost = [ln for ln in own_lines(nodes.output(0)) if "node 2 (" in ln and "is lost" in ln]
+    assert lost and "goes on with" not in lost[-1], lost
