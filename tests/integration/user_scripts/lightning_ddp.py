@@ -2,10 +2,13 @@
 
     python lightning_ddp.py        # under torchrun --nnodes 2, meshrun run or meshrun simulate
 
-LIGHTNING_NODES (default 2) and LIGHTNING_STEPS (default 30), as a user might set them: the
-number of nodes and the training's length (bench/observe.py runs it longer, on 4 nodes).
+LIGHTNING_NODES and LIGHTNING_STEPS (default 30), as a user might set them: the number of
+nodes and the training's length (bench/observe.py runs it longer, on 4 nodes). Without
+LIGHTNING_NODES the node count is the world's (WORLD_SIZE / 1 device): what a script whose
+job may shrink does (Lightning checks num_nodes x devices against WORLD_SIZE).
 LIGHTNING_CKPT_DIR: save ``last.ckpt`` there every 5 steps and resume from it when it exists
-(what a script needs to go on after meshrun restarted its workers: a spare's take-over).
+(what a script needs to go on after meshrun restarted its workers: a spare's take-over, a
+shrink).
 
 It knows nothing of meshrun: Lightning finds the ranks in the torch elastic variables. Each
 rank prints ``REPORT {...}``: the ranks and world size Lightning saw, the last loss and a
@@ -50,7 +53,8 @@ folder = os.environ.get("LIGHTNING_CKPT_DIR")
 saving = [L.pytorch.callbacks.ModelCheckpoint(dirpath=folder, save_last=True,
                                               every_n_train_steps=5)] if folder else []
 trainer = L.Trainer(accelerator="cpu", strategy="ddp", devices=1,
-                    num_nodes=int(os.environ.get("LIGHTNING_NODES", "2")),
+                    num_nodes=int(os.environ.get("LIGHTNING_NODES")
+                                  or os.environ.get("WORLD_SIZE", "2")),
                     max_steps=int(os.environ.get("LIGHTNING_STEPS", "30")),
                     logger=False, enable_checkpointing=bool(folder), callbacks=saving,
                     enable_progress_bar=False,
