@@ -6,7 +6,8 @@ Two `meshrun run` nodes on loopback train the mlp-tp recipe (tp 1, checkpoints e
 steps, --max-restarts 1), each node's workers in a cgroup of its own held to an equal CPU
 quota (root and the cgroup v1 cpu controller). Once both report, node 1's quota is cut 3x
 (a slow node, named by the straggler check); once it is named, node 1's worker is
-SIGKILLed (a restart: every node's workers resume from the newest checkpoint). When the job
+SIGKILLed (a restart: every node's workers resume from the newest checkpoint) and its quota
+given back; the job stops after step 5,000 of 20,000. When the job
 ends, `meshrun report --html` writes the page; headless Chromium loads it and takes the
 screenshot. Prints what the page shows and fails unless it shows both the slow notice and
 the restart (the resume on node 0's lane, recovery in the goodput bar).
@@ -60,12 +61,12 @@ def main() -> int:
         folder.mkdir(parents=True, exist_ok=True)
         job = CpuQuota("pagejob", shares=65536)
         groups = [CpuQuota(f"page{k}", cpus=0.9, parent=job) for k in range(2)]
-        command = ["--recipe", "mlp-tp", "--set", "parallel.tp=1", "--set", "train.steps=4000",
-                   "--set", "train.log_every=5", "--set", "checkpoint.interval=20",
+        command = ["--recipe", "mlp-tp", "--set", "parallel.tp=1", "--set", "train.steps=20000",
+                   "--set", "train.log_every=20", "--set", "checkpoint.interval=200",
                    "--set", "model.hidden=512"]
         nodes = Nodes(folder, command, nnodes=2, run_id="page", log_dir=folder / "logs",
                       extra=["--max-restarts", "1", "--status-every", "20"],
-                      env=clean_env(MESHRUN_STOP_AFTER_STEP="900"),
+                      env=clean_env(MESHRUN_STOP_AFTER_STEP="5000"),
                       before_start=lambda k, proc: groups[k].add(proc.pid))
         out0 = folder / "node0.out"
         with job:
@@ -85,6 +86,8 @@ def main() -> int:
                     worker = next(iter(workers_of(nodes.procs[1].pid)))
                     os.kill(worker, signal.SIGKILL)
                     print("node 1's worker SIGKILLed", flush=True)
+                    time.sleep(3)
+                    groups[1].set(0.9)                   # the rest at full speed again
                     codes = nodes.wait(600)
                     print(f"exit codes {codes}", flush=True)
             finally:
