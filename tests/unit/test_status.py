@@ -58,7 +58,7 @@ def test_the_lines_figures_go_to_tensorboard_when_it_is_installed(tmp_path):
         _status_scalars(board, str(tmp_path), dict(status.figures))
     events = EventAccumulator(str(tmp_path / "tensorboard" / "meshrun"))
     events.Reload()
-    assert [(e.step, e.value) for e in events.Scalars("meshrun/steps_per_s")] == [(40, 2.0)]
-    assert [(e.step, e.value) for e in events.Scalars("meshrun/eta_s")] == [(40, 30.0)]
-    assert [(e.step, e.value) for e in events.Scalars("meshrun/checkpoint_age_s")] == \
+    assert [(e.step, e.value) for e in events.Scalars("status/steps_per_s")] == [(40, 2.0)]
+    assert [(e.step, e.value) for e in events.Scalars("status/eta_s")] == [(40, 30.0)]
+    assert [(e.step, e.value) for e in events.Scalars("status/checkpoint_age_s")] == \
         [(20, 5.0), (40, 15.0)]

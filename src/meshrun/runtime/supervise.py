@@ -315,7 +315,7 @@ def _status_scalars(board: list[Any], log_dir: str, figures: dict) -> None:
             return
         step = int(figures.pop("position", 0))
         for key, value in figures.items():
-            writer.add_scalar(f"meshrun/{key}", value, step)
+            writer.add_scalar(f"status/{key}", value, step)
         writer.flush()
     except Exception:  # noqa: BLE001 - scalars are a copy: never the file writer's end
         board[:] = [None]
