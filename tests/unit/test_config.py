@@ -458,3 +458,15 @@ def test_a_worker_of_a_shrunk_job_derives_its_config_from_the_one_meshrun_wrote(
     with pytest.raises(UsageError) as err:
         for_worker("mlp-tp", full.to_env(), 6, nproc_per_node=2, nnodes=3)   # not elastic
     assert err.value.code == "job-config-other-world"
+
+
+def test_from_env_in_a_shrunk_job_gives_the_config_of_its_world():
+    from meshrun.job.config import elastic
+
+    full = job({"recipe": "mlp-tp", "train": {"per_device_batch": 8, "grad_accum": 3},
+                "parallel": {"tp": 2}}, nnodes=4, nproc=2)
+    env = elastic(full, 3).to_env()
+    assert from_env({**env, "WORLD_SIZE": "8"}).dp == 4                 # the whole job
+    three = from_env({**env, "WORLD_SIZE": "6"})
+    assert (three.nnodes, three.dp, three.grad_accum, three.effective_batch) == (3, 3, 4, 96)
+    assert from_env({**full.to_env(), "WORLD_SIZE": "6"}).nnodes == 4  # not elastic: as written

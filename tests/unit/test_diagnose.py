@@ -586,3 +586,23 @@ def test_a_traceback_cut_before_its_error_line_is_an_unknown_with_its_last_frame
     whole = cut + "RuntimeError: boom\n"
     d, = diagnose_text(whole)
     assert d.code == "unknown" and d.cause.endswith("RuntimeError: boom")
+
+
+def test_a_path_the_job_cannot_write_is_named_but_not_a_device_nor_a_warning():
+    """path-not-writable: a script's output folder it may not create; a device node, /proc or
+    /sys have causes of their own, and a library's warning is advice only."""
+    from meshrun.diagnose import diagnose_text
+
+    def first(text: str) -> tuple[str, str]:
+        found = diagnose_text(text, name="x.log")
+        return (found[0].code, found[0].cause) if found else ("-", "")
+
+    code, cause = first("PermissionError: [Errno 13] Permission denied: '/data'\n")
+    assert code == "path-not-writable" and "may not create or write /data" in cause
+    assert first("PermissionError: [Errno 13] Permission denied: '/dev/nvidia0'\n")[0] != \
+        "path-not-writable"
+    assert first("OSError: [Errno 30] Read-only file system: '/sys/fs/x'\n")[0] != \
+        "path-not-writable"
+    assert first("UserWarning: cache: PermissionError: [Errno 13] Permission denied: "
+                 "'/home/u/.cache'\nRuntimeError: CUDA error: device-side assert triggered\n"
+                 )[0] == "cuda-device-assert"

@@ -104,3 +104,11 @@ def test_a_spare_is_used_before_the_job_shrinks():
     m = Membership.initial(4, 1)                           # seats 0..2, spare 3
     after, change = after_loss(m, 1, next_round=2, min_seats=2)
     assert change == Change.TAKEOVER and after.seats == (0, 3, 2)
+
+
+def test_a_rank_of_the_larger_world_has_no_node_once_the_job_shrank():
+    from meshrun.runtime.membership import Membership, after_loss
+
+    m, _ = after_loss(Membership.initial(3), 1, next_round=1, min_seats=2)
+    assert m.seats == (0, 2)
+    assert [m.node_of_rank(r, 1) for r in range(3)] == [0, 2, -1]

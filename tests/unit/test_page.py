@@ -54,6 +54,8 @@ def test_the_page_holds_the_runs_data_and_fetches_nothing(tmp_path):
     page = render(str(_run(tmp_path)))
     assert not re.search(r"""(?:src|href)\s*=\s*["']?(?:https?:)?//""", page)   # offline
     assert "var uPlot=function()" in page and ".uplot" in page                    # inlined
+    # log lines go into single-quoted attributes ("node 1's workers"): ' is escaped too
+    assert '"\'": "&#39;"' in page
     d = _payload(page)
     assert d["problems"] == []
     assert [r["step"] for r in d["series"]] == list(range(1, 41))

@@ -62,3 +62,31 @@ def test_the_lines_figures_go_to_tensorboard_when_it_is_installed(tmp_path):
     assert [(e.step, e.value) for e in events.Scalars("status/eta_s")] == [(40, 30.0)]
     assert [(e.step, e.value) for e in events.Scalars("status/checkpoint_age_s")] == \
         [(20, 5.0), (40, 15.0)]
+
+
+def test_the_checkpoint_reader_lists_the_folder_off_the_beat(tmp_path, monkeypatch):
+    """Node 0's reader of a recipe's newest checkpoint (runtime/supervise.py): unknown until
+    its own thread has listed the folder, then the newest complete step (not an incomplete
+    newer one)."""
+    import time
+
+    from meshrun.job.config import resolve
+    from meshrun.plan.model import LaunchPlan
+    from meshrun.runtime.supervise import _newest_checkpoint
+    from meshrun.runtime.watchdog import UNKNOWN_CHECKPOINT
+
+    folder = tmp_path / "ck"
+    (folder / "step-20").mkdir(parents=True)
+    (folder / "step-20" / ".metadata").write_text("")
+    (folder / "step-30").mkdir()                      # incomplete
+    monkeypatch.setenv("MESHRUN_CHECKPOINT_DIR", str(folder))
+    config = resolve(recipe_defaults={"recipe": "mlp-tp"}, file_data=None, sets=None,
+                     world_size=1, nproc_per_node=1, nnodes=1, run_id="r")
+    plan = LaunchPlan.__new__(LaunchPlan)
+    object.__setattr__(plan, "job", config)
+    read = _newest_checkpoint(plan)
+    assert read() in (UNKNOWN_CHECKPOINT, 20)        # its thread may already have listed it
+    deadline = time.monotonic() + 5
+    while read() == UNKNOWN_CHECKPOINT and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert read() == 20

@@ -705,6 +705,7 @@ def test_with_no_spare_a_lost_node_shrinks_the_job_and_at_the_minimum_one_stops_
         dogs[0].event.node == 3                                   # at the minimum: fatal
     for dog in (dogs[3], dogs[2], dogs[0]):
         dog.stop("stopped")
+    assert dogs[0]._world() == range(3)       # the shrunk world's ranks are the ones read
 
 
 def test_a_node_back_in_a_shrunk_job_is_seated_again_only_after_a_newer_checkpoint():
@@ -728,6 +729,9 @@ def test_a_node_back_in_a_shrunk_job_is_seated_again_only_after_a_newer_checkpoi
     _beats([dogs[0], dogs[2]], clock, 3.0)
     assert [n["kind"] for n in notices] == ["node-returned"]
     assert dogs[0].members.spares == (1,) and dogs[0].members.epoch == 1   # not yet
+    newest[0] = -2                                  # the folder not read (yet): wait
+    _beats([dogs[0], dogs[2]], clock, 1.0)
+    assert dogs[0].members.epoch == 1
     newest[0] = 30
     _beats([dogs[0], dogs[2]], clock, 1.0, until=lambda: dogs[0].members.epoch == 2)
     members = dogs[0].members

@@ -104,8 +104,10 @@ CATALOG: tuple[Signature, ...] = (
                     + ", and torch.distributed's object collectives (broadcast_object_list, "
                     "all_gather_object), DataLoader collation of numpy arrays and "
                     "tensor.numpy() need it"),
-         "install numpy in the environment meshrun runs from (python -m pip install numpy), on "
-         "every node; a package that needs it should declare it",
+         lambda h: ("install numpy in the environment meshrun runs from (python -m pip "
+                    "install numpy" + (", or -U numpy when it is there but older"
+                                       if "multiarray" in h.match.group(0) else "")
+                    + "), on every node; a package that needs it should declare it"),
          unless_warning(SETUP), "`No module named 'numpy'`, and `Numpy is not available` / "
          "`Failed to initialize NumPy` where the log says it (advice only in torch's import "
          "warning: the run may have failed of something else)",
@@ -633,8 +635,9 @@ CATALOG: tuple[Signature, ...] = (
          FAULT, "torch.save's `RuntimeError: File X cannot be opened.` (its text names the three "
          "causes)", also=("disk-full",)),
     sig("path-not-writable", "a path the job writes is not writable",
-         [r"PermissionError: \[Errno 13\] Permission denied: '(?P<path>(?!/dev/shm)[^']+)'",
-          r"OSError: \[Errno 30\] Read-only file system: '(?P<ro>[^']+)'"],
+         [r"PermissionError: \[Errno 13\] Permission denied: "
+          r"'(?P<path>(?!/(?:dev|proc|sys)/)[^']+)'",
+          r"OSError: \[Errno 30\] Read-only file system: '(?P<ro>(?!/(?:dev|proc|sys)/)[^']+)'"],
          lambda h: (f"this process may not create or write {h.group('path') or h.group('ro')}"
                     + (" (a read-only file system)" if h.group("ro") else
                        ": it does not exist and its parent is not writable by this user, or it "
@@ -643,8 +646,9 @@ CATALOG: tuple[Signature, ...] = (
                     "that exists on its author's machine only"),
          "point the script's output and checkpoint folders at a path this user can write on "
          "every node (a shared one for checkpoints), or create it with the right owner first",
-         SETUP, "`PermissionError: [Errno 13] Permission denied: '/data'` (not /dev/shm: "
-         "shm-not-writable), `OSError: [Errno 30] Read-only file system: ...`"),
+         unless_warning(SETUP), "`PermissionError: [Errno 13] Permission denied: '/data'`, "
+         "`OSError: [Errno 30] Read-only file system: ...` (not under /dev, /proc or /sys: "
+         "devices and /dev/shm have their own causes; advice only in a warning)"),
     sig("too-many-open-files", "too many open files",
          [r"Too many open files", r"\[Errno 24\]", r"received \d+ items of ancdata"],
          "the process hit its open-file limit: DataLoader workers pass tensors through file "

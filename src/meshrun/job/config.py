@@ -292,9 +292,19 @@ def _keeps(config: JobConfig, nnodes: int) -> bool:
 
 
 def from_env(env: Mapping[str, str]) -> JobConfig | None:
-    """The config meshrun handed this worker (``MESHRUN_JOB_CONFIG``), or None without one."""
+    """The config meshrun handed this worker (``MESHRUN_JOB_CONFIG``), or None without one;
+    in a job that shrank (``WORLD_SIZE`` below the config's, within ``--nnodes MIN:MAX``) the
+    config of the world it runs in (:meth:`JobConfig.at_world`)."""
     data = _read_env(env)
-    return None if data is None else JobConfig.from_dict(data, where=ENV_VAR)
+    if data is None:
+        return None
+    job = JobConfig.from_dict(data, where=ENV_VAR)
+    world = env.get("WORLD_SIZE", "")
+    if job.min_nnodes is not None and world.isdigit() and int(world) != job.world_size and \
+            int(world) % job.nproc_per_node == 0 and \
+            job.min_nnodes <= int(world) // job.nproc_per_node <= job.nnodes:
+        job = job.at_world(int(world) // job.nproc_per_node)
+    return job
 
 
 def _read_env(env: Mapping[str, str]) -> Mapping | None:

@@ -111,11 +111,14 @@ def data(path: str) -> dict[str, Any]:
     lanes = _events(path, problems)
     starts = [e["t"] for lane in lanes.values() for e in lane]
     t0 = min(starts) if starts else None
+    if t0 is not None:   # an earlier run's records under the same run id are not this run's
+        records = [r for r in records if not isinstance(r.get("at", r.get("time")), (int, float))
+                   or r.get("at", r.get("time")) >= t0 - 5]
     for r in records:
         t = r.get("at", r.get("time"))
-        if not isinstance(t, (int, float)) or t0 is None or t < t0:
+        if not isinstance(t, (int, float)) or t0 is None:
             continue
-        if r.get("checkpoint_s"):
+        if isinstance(r.get("checkpoint_s"), (int, float)) and r["checkpoint_s"] > 0:
             lanes.setdefault(0, []).append({"t": t, "kind": "checkpoint", "text":
                                             f"checkpoint saved by step {r['step']} "
                                             f"({r['checkpoint_s']:.2f} s saving)"})
@@ -193,8 +196,8 @@ const COLORS = {start: "#888", joined: "#5b8", preflight: "#3a7", workers: "#27c
   restart: "#e80", lost: "#d22", hang: "#a0a", slow: "#fa0", recovered: "#7b7",
   membership: "#c5c", done: "#2a2", failed: "#d00", end: "#444", checkpoint: "#59f",
   resumed: "#f60"};
-const esc = s => String(s).replace(/[&<>"]/g, c => ({"&": "&amp;", "<": "&lt;", ">": "&gt;",
-  '"': "&quot;"})[c]);
+const esc = s => String(s).replace(/[&<>"']/g, c => ({"&": "&amp;", "<": "&lt;", ">": "&gt;",
+  '"': "&quot;", "'": "&#39;"})[c]);
 function secs(x) { return x == null ? "-" : (x < 120 ? x.toFixed(1) + " s" :
   Math.floor(x / 60) + " min " + String(Math.round(x % 60)).padStart(2, "0") + " s"); }
 const run = D.run || {};
@@ -228,7 +231,9 @@ function chart(id, xs, series, xlabel) {
 }
 function seriesOf(d, key, x) { return d.series.filter(r => r[x] != null && r[key] != null); }
 const base = D.baseline;
-const lossRows = seriesOf(D, "loss", "step");
+// after a restart steps come again: the last record of each step, in step order
+const lossRows = Array.from(new Map(seriesOf(D, "loss", "step").map(r => [r.step, r]))
+  .values()).sort((p, q) => p.step - q.step);
 const lossSeries = [{label: "loss", color: "#c22", ys: lossRows.map(r => r.loss)}];
 let lossX = lossRows.map(r => r.step);
 if (base) {

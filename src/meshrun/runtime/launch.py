@@ -190,8 +190,8 @@ def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
     job = open_store(plan)
     try:
         with store_errors(plan, job.port, "waiting for the other nodes to join"):
-            members = join(job, plan, wait_lost=(supervision.node_timeout + 10.0
-                                                 if plan.spares else 0.0))
+            members = join(job, plan, wait_lost=(supervision.node_timeout + 10.0 if
+                                                 plan.spares or plan.min_nodes else 0.0))
         if preflight:  # a node that came back into a running job: against node 0's alone
             _preflight(job, plan, require_paths, late=members is not None)
         elif plan.nnodes > 1:

@@ -90,8 +90,10 @@ class Membership:
         return node in self.seats
 
     def node_of_rank(self, rank: int, nproc: int) -> int:
-        """The platform node running global rank ``rank`` in this epoch."""
-        return self.seats[rank // max(1, nproc)]
+        """The platform node running global rank ``rank`` in this epoch (-1: no seat runs
+        it: a rank of a larger world before the job shrank)."""
+        seat = rank // max(1, nproc)
+        return self.seats[seat] if 0 <= seat < len(self.seats) else -1
 
     def ranks_of(self, node: int, nproc: int) -> tuple[int, ...]:
         seat = self.seat_of(node)

@@ -323,23 +323,39 @@ def _status_scalars(board: list[Any], log_dir: str, figures: dict) -> None:
 
 def _newest_checkpoint(plan: LaunchPlan) -> Callable[[], int | None]:
     """For a shrunk job's admission and the status line (node 0): the step of the recipe's
-    newest complete checkpoint (-1: none yet), or None where the job is no recipe's."""
+    newest complete checkpoint (-1: none yet; ``UNKNOWN_CHECKPOINT``: not read yet), or None
+    where the job is no recipe's. The folder (often a shared file system) is listed on a
+    thread of its own every 2 s, never on the watchdog's beat: a stalled folder holds that
+    thread only, and a failed listing keeps the value before it."""
+    from .watchdog import UNKNOWN_CHECKPOINT
+
     job = plan.job
     directory = os.environ.get("MESHRUN_CHECKPOINT_DIR") or (
         job.checkpoint.dir if job is not None and job.recipe else "")
     if not directory:
         return lambda: None
+    newest = [UNKNOWN_CHECKPOINT]
 
-    def newest() -> int | None:
+    def watch() -> None:
         from ..worker.checkpoint import listing, newest_complete, parse_listing
 
-        try:
-            found = newest_complete(parse_listing(listing(directory)))
-        except OSError:  # a shared folder that failed this once: no boundary seen
-            return -1
-        return found.step if found is not None else -1
+        while True:
+            try:
+                found = newest_complete(parse_listing(listing(directory)))
+                newest[0] = found.step if found is not None else -1
+            except OSError:
+                pass
+            time.sleep(2.0)
 
-    return newest
+    started: list[bool] = []
+
+    def read() -> int | None:
+        if not started:   # at the first question: most jobs never ask
+            started.append(True)
+            threading.Thread(target=watch, name="meshrun-checkpoints", daemon=True).start()
+        return newest[0]
+
+    return read
 
 
 def await_event(dog, supervision: Supervision, poll: float = 0.1, *, epoch: int | None = None):

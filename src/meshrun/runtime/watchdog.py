@@ -99,6 +99,8 @@ from .membership import Change, Membership, after_admit, after_loss, after_retur
 from .store import BoundedStore, CallTimeout, StoreConnect, say
 from .supervision import Supervision
 
+UNKNOWN_CHECKPOINT = -2   # newest_checkpoint(): the recipe's folder not read (yet)
+
 
 def _goodbye_in(raw: bytes) -> bool:
     """A heartbeat value carries a goodbye (a value that is no heartbeat carries none)."""
@@ -165,8 +167,9 @@ class Watchdog(threading.Thread):
         self.host, self.port = host, port
         self.node_rank, self.nnodes, self.world_size = node_rank, nnodes, world_size
         self.min_seats = min_seats   # --nnodes MIN:MAX's MIN: shrink to it (None: never)
-        # a recipe's newest complete checkpoint step (-1: none yet; None: not a recipe's
-        # job): a shrunk job takes a node back once a checkpoint newer than ``_admit_after``
+        # a recipe's newest complete checkpoint step (-1: none yet; UNKNOWN_CHECKPOINT: not
+        # read yet; None: not a recipe's job): a shrunk job takes a node back once a
+        # checkpoint newer than ``_admit_after``
         self.newest_checkpoint, self._admit_after = newest_checkpoint, None
         self.status, self.on_status = status, on_status  # node 0: meshrun.runtime.status
         self.hosts = dict(hosts)
@@ -504,6 +507,8 @@ class Watchdog(threading.Thread):
             return
         step = self.newest_checkpoint()
         if step is not None:
+            if step == UNKNOWN_CHECKPOINT:
+                return                     # not read yet (or the folder failed): wait
             if self._admit_after is None:
                 self._admit_after = step   # the boundary to pass
                 return
@@ -779,15 +784,22 @@ class Watchdog(threading.Thread):
         return None
 
     # -- hangs (node 0 judges; no step of it holds up a beat) -------------------------------
+    def _world(self) -> range:
+        """The global ranks of this epoch (fewer than at the start once the job shrank)."""
+        return range(min(self.world_size, len(self.members.seats) * self.nproc))
+
     def _progress_values(self, store: BoundedStore) -> dict[int, str]:
-        """Every rank's progress value, in one call."""
-        keys = [protocol.progress_key(r) for r in range(self.world_size)]
+        """Every rank's progress value (this epoch's ranks), in one call."""
+        keys = [protocol.progress_key(r) for r in self._world()]
         return {r: protocol.text(v) for r, v in enumerate(self._read_all(store, keys))}
 
     def _status_line(self, store: BoundedStore, now: float) -> None:
         """Node 0: the job's status line (:mod:`meshrun.runtime.status`) when one is due."""
         self.status.checkpoint(now, self.newest_checkpoint())
         summary = self.slow.summary() if self.slow is not None else None
+        if summary is not None:   # a lost node's totals stay in the summary: not a candidate
+            summary = {**summary, "nodes": [r for r in summary.get("nodes", [])
+                                            if self.members.seated(r.get("node", -1))]}
         line = self.status.beat(now, self._progress_values(store), summary)
         if line is not None:
             self.on_status(line)
@@ -860,7 +872,7 @@ class Watchdog(threading.Thread):
         event = self._act(hang["verdict"])
         if event is None:  # restarted: what the hung attempt left is stale
             self._restart_wall = time.time()
-            keys = [protocol.progress_key(r) for r in range(self.world_size)]
+            keys = [protocol.progress_key(r) for r in self._world()]
             self._stale = {r: protocol.text(v) for r, v in enumerate(self._read_all(store, keys))}
             self._publish(store, self.clock())
         return event
