@@ -738,7 +738,8 @@ def test_a_node_back_in_a_shrunk_job_is_seated_again_only_after_a_newer_checkpoi
     assert members.epoch == 2 and members.seats == (0, 2, 1) and members.spares == ()
     assert events[0][-1].kind == "takeover" and events[0][-1].line == (
         "meshrun: node 1 (h1b) is back: the job grows to 3 nodes (world size 3, the same "
-        "effective batch); every node's workers restart at the checkpoint of step 30 "
+        "effective batch); every node's workers restart from the newest checkpoint (step 30 or "
+        "newer) "
         "(membership epoch 2)")
     _beats([dogs[0], dogs[2]], clock, 1.0, until=lambda: dogs[2].members.epoch == 2)
     assert dogs[2].members.seats == (0, 2, 1) and events[2][-1].line == events[0][-1].line

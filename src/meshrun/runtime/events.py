@@ -88,8 +88,8 @@ def shrink_line(lost: int, host: str, age_s: float, seats: int, nproc: int, min_
 def grow_line(node: int, host: str, seats: int, nproc: int, epoch: int,
               step: int | None) -> str:
     """A shrunk job takes a node that came back into a new last seat."""
-    when = (f"at the checkpoint of step {step}" if step is not None and step >= 0
-            else "from the newest checkpoint")
+    when = (f"from the newest checkpoint (step {step} or newer)" if step is not None
+            and step >= 0 else "from the newest checkpoint")
     return (f"meshrun: node {node} ({host}) is back: the job grows to {seats} node"
             f"{'s' if seats != 1 else ''} (world size {seats * nproc}, the same effective "
             f"batch); every node's workers restart {when} (membership epoch {epoch})")
