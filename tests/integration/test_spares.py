@@ -203,6 +203,7 @@ def _need(module: str) -> None:
         pytest.importorskip(module)
 
 
+@pytest.mark.timing   # 4 nodes of a framework: not beside the tests that time the wall clock
 @pytest.mark.parametrize("framework", ["hf-trainer", "lightning"])
 def test_a_users_trainer_script_goes_on_through_a_takeover_and_a_shrink(tmp_path, framework):
     """The HF Trainer and Lightning scripts of tests/integration/user_scripts, resuming from
