@@ -33,7 +33,7 @@ ALLOWED = {
     "plan": {"errors", "redact", "topology", "facts", "job", "nccl"},
     "diagnose": {"errors", "redact"},
     "render": {"errors", "topology", "plan", "job", "outfile"},  # --patch read via outfile
-    "reports": {"errors", "redact", "plan", "diagnose", "runtime"},
+    "reports": {"errors", "redact", "plan", "diagnose", "runtime", "outfile"},  # report.html
     "worker": {"errors", "job", "protocol", "sockets"},
     "recipes": {"errors", "job", "worker"},
     "runtime": {"errors", "redact", "protocol", "sockets", "topology", "facts", "job", "nccl", "plan", "diagnose",

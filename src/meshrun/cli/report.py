@@ -31,17 +31,11 @@ class ReportVerb(Verb):
 
         found = report(ctx.words or [], baseline=ctx.args.baseline)
         if ctx.args.html:
-            import os
-
-            from ..outfile import write_output
-            from ..reports.page import render
+            from ..reports.page import write
 
             for run in found.runs:
                 base = ctx.args.baseline if ctx.args.baseline != run.path else None
-                target = os.path.join(run.path, "report.html")
-                write_output(target, render(run.path, baseline=base), force=True,
-                             flag="--html")
-                print(f"meshrun: wrote {target}")
+                print(f"meshrun: wrote {write(run.path, baseline=base)}")
             return 0
         print(json.dumps(found.to_json(), indent=2) if ctx.args.json else render_text(found))
         return 0

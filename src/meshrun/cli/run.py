@@ -94,12 +94,9 @@ def _write_page(log_dir: str) -> None:
     ``meshrun report --html`` writes; the other nodes' last lines may come after it).
     Best effort: a page that cannot be written never changes the run's outcome."""
     try:
-        import os
+        from ..reports.page import write
 
-        from ..outfile import write_output
-        from ..reports.page import render
-
-        write_output(os.path.join(log_dir, "report.html"), render(log_dir), force=True)
+        write(log_dir)
     except Exception:  # noqa: BLE001, S110 - a report page never fails a run
         pass
 

@@ -300,11 +300,17 @@ def from_env(env: Mapping[str, str]) -> JobConfig | None:
         return None
     job = JobConfig.from_dict(data, where=ENV_VAR)
     world = env.get("WORLD_SIZE", "")
-    if job.min_nnodes is not None and world.isdigit() and int(world) != job.world_size and \
-            int(world) % job.nproc_per_node == 0 and \
-            job.min_nnodes <= int(world) // job.nproc_per_node <= job.nnodes:
-        job = job.at_world(int(world) // job.nproc_per_node)
-    return job
+    return _in_world(job, int(world)) if world.isdigit() else job
+
+
+def _in_world(job: JobConfig, world_size: int) -> JobConfig:
+    """``job`` in a world of ``world_size`` it may shrink to or grow back from (``--nnodes
+    MIN:MAX``: :meth:`JobConfig.at_world`); unchanged for any other world."""
+    nodes, rest = divmod(world_size, job.nproc_per_node)
+    if job.min_nnodes is None or world_size == job.world_size or rest or \
+            not job.min_nnodes <= nodes <= job.nnodes:
+        return job
+    return job.at_world(nodes)
 
 
 def _read_env(env: Mapping[str, str]) -> Mapping | None:
@@ -456,11 +462,7 @@ def for_worker(recipe_name: str, env: Mapping[str, str], world_size: int, *,
                              hint="run the recipe the config names, or unset " + ENV_VAR,
                              code="job-config-other-recipe")
     if given is not None and "version" in given:  # written by meshrun: read it back, as is
-        job = JobConfig.from_dict(given, where=ENV_VAR)
-        if job.world_size != world_size and job.min_nnodes is not None and \
-                world_size % job.nproc_per_node == 0 and \
-                job.min_nnodes <= world_size // job.nproc_per_node <= job.nnodes:
-            job = job.at_world(world_size // job.nproc_per_node)  # the job shrank (or grew)
+        job = _in_world(JobConfig.from_dict(given, where=ENV_VAR), world_size)
         if job.world_size != world_size:
             raise UsageError(f"{ENV_VAR} was resolved for world size {job.world_size}, this "
                              f"run has {world_size} processes", subject=ENV_VAR,

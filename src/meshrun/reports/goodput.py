@@ -55,7 +55,8 @@ class Goodput:
         return data
 
 
-def _time(record: dict[str, Any]) -> float | None:
+def record_time(record: dict[str, Any]) -> float | None:
+    """When a step record was written: the recipes' ``at``, ``meshrun.log``'s ``time``."""
     for key in ("at", "time"):
         value = record.get(key)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -72,7 +73,7 @@ def compute(started: float | None, ended: float | None,
     # a rerun under one run id continues metrics.jsonl: an earlier run's records are not this
     # run's (they come before its start)
     marks = [(t, r["step"], float(r.get("checkpoint_s") or 0.0), bool(r.get("first_step")))
-             for r in records if (t := _time(r)) is not None and t >= started
+             for r in records if (t := record_time(r)) is not None and t >= started
              and isinstance(r.get("step"), int)]
     if not marks:
         return None, ("no step records with a time (a recipe's metrics.jsonl, or "

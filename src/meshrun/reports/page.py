@@ -25,6 +25,7 @@ from importlib import resources
 from typing import Any
 
 from . import run_info
+from .goodput import record_time
 
 KINDS = [  # (kind, pattern on the line after "meshrun: ")
     ("joined", re.compile(r"^all \d+ nodes joined")),
@@ -102,21 +103,18 @@ def data(path: str) -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001 - a page that says what it could not read
         problems.append(str(exc))
     records: list[dict[str, Any]] = []
-    try:
-        from .report import _records
+    try:   # this run's records, as the report reads them (not an earlier run's, same run id)
+        from .report import _this_runs_records
 
-        records = _records(path)
+        records = _this_runs_records(path, run_info.read(path))
     except Exception as exc:  # noqa: BLE001 - named at the top of the page instead
         problems.append(str(exc))
     lanes = _events(path, problems)
     starts = [e["t"] for lane in lanes.values() for e in lane]
     t0 = min(starts) if starts else None
-    if t0 is not None:   # an earlier run's records under the same run id are not this run's
-        records = [r for r in records if not isinstance(r.get("at", r.get("time")), (int, float))
-                   or r.get("at", r.get("time")) >= t0 - 5]
     for r in records:
-        t = r.get("at", r.get("time"))
-        if not isinstance(t, (int, float)) or t0 is None:
+        t = record_time(r)
+        if t is None or t0 is None:
             continue
         if isinstance(r.get("checkpoint_s"), (int, float)) and r["checkpoint_s"] > 0:
             lanes.setdefault(0, []).append({"t": t, "kind": "checkpoint", "text":
@@ -132,8 +130,8 @@ def data(path: str) -> dict[str, Any]:
         problems.append("no node<k>.log in the folder: no timeline")
     if not records:
         problems.append("no metrics.jsonl records: no loss or throughput chart")
-    series = [{"step": r["step"], "t": (r.get("at", r.get("time")) - t0)
-               if isinstance(r.get("at", r.get("time")), (int, float)) and t0 else None,
+    series = [{"step": r["step"], "t": (record_time(r) - t0)
+               if record_time(r) is not None and t0 else None,
                "loss": r.get("loss"), "samples_per_s": r.get("samples_per_s")}
               for r in records]
     run = dataclasses.asdict(summary) if summary is not None else {}
@@ -144,6 +142,16 @@ def data(path: str) -> dict[str, Any]:
 
 def _asset(name: str) -> str:
     return resources.files("meshrun.reports").joinpath("assets", name).read_text("utf-8")
+
+
+def write(path: str, baseline: str | None = None) -> str:
+    """Write the page of run folder ``path`` as ``path/report.html`` (whole or not at all:
+    :func:`meshrun.outfile.write_output`); its path."""
+    from ..outfile import write_output
+
+    target = os.path.join(path, "report.html")
+    write_output(target, render(path, baseline=baseline), force=True, flag="--html")
+    return target
 
 
 def render(path: str, baseline: str | None = None) -> str:

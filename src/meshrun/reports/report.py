@@ -40,7 +40,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..errors import UsageError
-from .goodput import Goodput
+from .goodput import Goodput, record_time
 from .goodput import compute as goodput
 from .goodput import line as goodput_text
 
@@ -175,19 +175,21 @@ _NOT_FINITE = ("nan", "inf", "-inf", "NaN", "Infinity", "-Infinity")
 def _this_runs_records(path: str, info: Any) -> list[dict[str, Any]]:
     """The records of the run in ``path``. ``metrics.jsonl`` stays in the run folder across
     reruns under one run id (a resumed run continues its history), so records that carry
-    their time (``meshrun.log``'s) count only inside this run's span, and an earlier run
-    (``<run>/earlier/<n>``) takes its own from the run folder's file. Records without a time
-    (the recipes', one history across resumes) all count for the newest run."""
+    their time (``meshrun.log``'s ``time``, the recipes' ``at``) count only inside this run's
+    span, and an earlier run (``<run>/earlier/<n>``) takes its own from the run folder's file.
+    Records without a time (written before the recipes recorded it) all count for the
+    newest run."""
     parent = os.path.dirname(os.path.dirname(os.path.normpath(path)))
     earlier = os.path.basename(os.path.dirname(os.path.normpath(path))) == "earlier"
     records = _records(path)
     if not records and earlier:
-        records = [r for r in _records(parent) if "time" in r]
-    if info.started is not None and any("time" in r for r in records):
+        records = [r for r in _records(parent) if record_time(r) is not None]
+    if info.started is not None and any(record_time(r) is not None for r in records):
         end = info.ended + 5 if info.ended is not None else float("inf")
-        records = [r for r in records if "time" not in r or info.started - 5 <= r["time"] <= end]
+        records = [r for r in records if (t := record_time(r)) is None
+                   or info.started - 5 <= t <= end]
         if earlier:
-            records = [r for r in records if "time" in r]
+            records = [r for r in records if record_time(r) is not None]
     return records
 
 
