@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -27,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from meshrun.harness import CpuQuota, Nodes, clean_env, own_lines, workers_of
+from meshrun.harness import CpuQuota, Nodes, browser, clean_env, load_page, own_lines, workers_of
 from meshrun.harness import quota_available as available
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,7 +51,7 @@ def main() -> int:
     why = available()
     if why:
         sys.exit(f"bench/run_page.py: {why}")
-    chrome = shutil.which("chromium-headless-shell") or shutil.which("chromium")
+    chrome = browser()
     if chrome is None:
         sys.exit("bench/run_page.py: no headless Chromium (apt-get install "
                  "chromium-headless-shell)")
@@ -96,14 +95,9 @@ def main() -> int:
         run = folder / "logs" / "page"
         subprocess.run([sys.executable, "-m", "meshrun", "report", "--html", str(run)],
                        check=True)
-        page = (run / "report.html").as_uri()
-        common = [chrome, "--headless", "--no-sandbox", "--disable-gpu",
-                  "--virtual-time-budget=5000", "--window-size=1200,2100"]
-        dom = subprocess.run([*common, "--dump-dom", page], capture_output=True, text=True,
-                             check=True).stdout
-        Path(a.png).parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run([*common, f"--screenshot={a.png}", page], capture_output=True,
-                       check=True)
+        dom, said = load_page(chrome, run / "report.html", Path(a.png), height=2900)
+        if said:
+            print(f"the page logged: {said}")
         data = json.loads(re.search(r'<script id="data" type="application/json">(.*?)'
                                     r'</script>', dom, re.S).group(1).replace("<\\/", "</"))
         kinds = {k: [e["kind"] for e in v] for k, v in data["lanes"].items()}

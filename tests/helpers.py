@@ -1,5 +1,6 @@
 """Shared helpers for the tests (imported as ``helpers``; tests/conftest.py puts this folder on sys.path)."""
 
+import html
 import json
 import os
 import re
@@ -14,8 +15,10 @@ import pytest
 from meshrun.harness import (  # noqa: F401
     Nodes,
     alive,
+    browser,
     clean_env,
     free_port,
+    load_page,
     neutral,
     own_lines,
     signal_tree,
@@ -75,36 +78,52 @@ def goodput(run_dir, cwd=None) -> dict:
     return g
 
 
-def browser() -> str | None:
-    """The distribution's headless Chromium (scripts/test.sh installs it as root on Debian)."""
-    return shutil.which("chromium-headless-shell") or shutil.which("chromium")
+def lanes_as_drawn(dom: str) -> dict[int, list[tuple[str, str]]]:
+    """node -> the (kind, line) of each event its lane shows in a page's DOM (after its
+    scripts ran), in the lane's order."""
+    lanes = {}
+    for m in re.finditer(r'<div class="lane" data-node="(\d+)">(.*?)</div>', dom, re.S):
+        lanes[int(m.group(1))] = [
+            (kind, html.unescape(title).split(": ", 1)[1])
+            for kind, title in re.findall(r'<span class="ev" data-kind="([a-z]+)" '
+                                          r'title="([^"]*)"', m.group(2))]
+    return lanes
+
+
+def timeline_records(run_dir) -> dict[int, list[tuple[str, str]]]:
+    """node -> the (kind, line) of each timeline record in its events.node<k>.jsonl."""
+    out = {}
+    for path in sorted(Path(run_dir).glob("events.node*.jsonl")):
+        node = int(path.name[len("events.node"):-len(".jsonl")])
+        out[node] = [(r["kind"], r["line"]) for r in map(json.loads, path.read_text()
+                                                          .splitlines())
+                     if r.get("event") == "timeline"]
+    return out
+
+
+def assert_timeline_drawn_as_recorded(dom: str, run_dir) -> None:
+    """Every node's lane on the page shows exactly its events.node<k>.jsonl timeline (the
+    checkpoints and resumes from metrics.jsonl aside)."""
+    drawn = {k: [e for e in v if e[0] not in ("checkpoint", "resumed")]
+             for k, v in lanes_as_drawn(dom).items()}
+    recorded = timeline_records(run_dir)
+    assert recorded and all(recorded.values()), recorded
+    assert drawn == recorded, (drawn, recorded)
 
 
 def page_in_a_browser(run_dir, artefact: str) -> str:
     """``meshrun report --html RUN_DIR``, then the page loaded in headless Chromium as a
     person would open it (a file, offline): the DOM after its scripts ran, with no console
-    error; a screenshot kept (``$MESHRUN_TEST_ARTEFACTS/<artefact>.png`` when set, else
+    output; a screenshot kept (``$MESHRUN_TEST_ARTEFACTS/<artefact>.png`` when set, else
     beside the page)."""
-    import os
-    from pathlib import Path
-
     chrome = browser()
     if chrome is None:
         require("chromium-headless-shell", hint="scripts/test.sh installs it as root")
     meshrun("report", "--html", str(run_dir), check_rc=0)
     page = Path(run_dir) / "report.html"
-    common = [chrome, "--headless", "--no-sandbox", "--disable-gpu", "--allow-file-access-from-files",
-              "--enable-logging=stderr", "--v=0", "--virtual-time-budget=5000",
-              "--window-size=1200,2000"]
-    done = subprocess.run([*common, "--dump-dom", page.as_uri()], capture_output=True,
-                          text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    said = [ln for ln in done.stderr.splitlines() if ":CONSOLE" in ln]   # the page logs
-    assert not said, said                                                # nothing: any is an error
     folder = Path(os.environ.get("MESHRUN_TEST_ARTEFACTS") or page.parent)
-    folder.mkdir(parents=True, exist_ok=True)
-    shot = subprocess.run([*common, f"--screenshot={folder / (artefact + '.png')}",
-                           page.as_uri()], capture_output=True, text=True, timeout=120)
-    assert shot.returncode == 0 and (folder / (artefact + ".png")).stat().st_size > 10_000, \
-        shot.stderr[-2000:]
-    return done.stdout
+    shot = folder / (artefact + ".png")
+    dom, said = load_page(chrome, page, shot, height=2600)
+    assert not said, said                      # the page logs nothing: any line is an error
+    assert shot.stat().st_size > 10_000
+    return dom

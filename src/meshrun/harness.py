@@ -220,6 +220,30 @@ def own_lines(text: str) -> list[str]:
     return _NODE_PREFIX.sub("", text).splitlines()
 
 
+def browser() -> str | None:
+    """The distribution's headless Chromium (scripts/test.sh installs it as root on Debian)."""
+    import shutil
+
+    return shutil.which("chromium-headless-shell") or shutil.which("chromium")
+
+
+def load_page(chrome: str, page: Path, png: Path, height: int = 2000) -> tuple[str, str]:
+    """``page`` (a file) loaded in headless Chromium as a person opens it (offline, its
+    scripts run): the DOM after them and what the page logged to the console (its lines
+    ``:CONSOLE``; a page that works logs nothing); a screenshot ``height`` pixels tall to
+    ``png``. Raises CalledProcessError when Chromium fails."""
+    common = [chrome, "--headless", "--no-sandbox", "--disable-gpu",
+              "--allow-file-access-from-files", "--enable-logging=stderr", "--v=0",
+              "--virtual-time-budget=5000", f"--window-size=1200,{height}"]
+    done = subprocess.run([*common, "--dump-dom", page.as_uri()], capture_output=True,
+                          text=True, timeout=120, check=True)
+    png.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run([*common, f"--screenshot={png}", page.as_uri()], capture_output=True,
+                   text=True, timeout=120, check=True)
+    said = "\n".join(ln for ln in done.stderr.splitlines() if ":CONSOLE" in ln)
+    return done.stdout, said
+
+
 def meshrun_argv(*args: str) -> list[str]:
     """``meshrun ARGS`` as this interpreter runs it."""
     return [sys.executable, "-m", "meshrun", *args]

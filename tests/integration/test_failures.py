@@ -11,7 +11,18 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import SCRIPTS, Nodes, alive, clean_env, free_port, goodput, meshrun, page_in_a_browser
+from helpers import (
+    SCRIPTS,
+    Nodes,
+    alive,
+    assert_timeline_drawn_as_recorded,
+    clean_env,
+    free_port,
+    goodput,
+    meshrun,
+    page_in_a_browser,
+    timeline_records,
+)
 
 pytestmark = pytest.mark.slow
 LOOP = str(SCRIPTS / "loop.py")
@@ -531,6 +542,10 @@ def test_recipe_with_a_restart_resumes_from_the_newest_checkpoint_after_a_killed
         assert f'id="loss" class="chart" data-drawn="{steps}"' in dom, dom[:3000]
         assert f'id="rate" class="chart" data-drawn="{len(records)}"' in dom
         assert 'data-drawn="goodput"' in dom and 'data-kind="resumed"' in dom
+        assert_timeline_drawn_as_recorded(dom, tmp_path / "logs" / "rr")
+        kinds = {k for lane in timeline_records(tmp_path / "logs" / "rr").values()
+                 for k, _ in lane}
+        assert {"start", "joined", "workers", "restart", "done"} <= kinds, kinds
     finally:
         if sim.poll() is None:
             sim.kill()

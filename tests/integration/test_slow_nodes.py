@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -17,7 +18,15 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from helpers import SCRIPTS, clean_env, free_port, own_lines, page_in_a_browser, wait_for_text
+from helpers import (
+    SCRIPTS,
+    assert_timeline_drawn_as_recorded,
+    clean_env,
+    free_port,
+    own_lines,
+    page_in_a_browser,
+    wait_for_text,
+)
 
 from meshrun.harness import CpuQuota, Nodes
 from meshrun.harness import quota_available as available
@@ -124,7 +133,8 @@ def test_a_node_throttled_mid_run_is_named_on_every_console_within_30_s(tmp_path
                      r"others\) of the other nodes for \d+ s; rank 1$", line), line
     assert out1.count("is slow") == 1
     run = tmp_path / "logs" / "slow"
-    events = [json.loads(x) for x in (run / "events.node1.jsonl").read_text().splitlines()]
+    events = [r for r in map(json.loads, (run / "events.node1.jsonl").read_text().splitlines())
+              if r["event"] != "timeline"]
     assert events[0]["event"] == "node-slow" and events[0]["node"] == 1
     rows = {r["node"]: r for r in json.loads((run / "node_steps.json").read_text())["nodes"]}
     assert rows[1]["named_slow"] == 1 and rows[0]["named_slow"] == 0, rows
@@ -134,6 +144,17 @@ def test_a_node_throttled_mid_run_is_named_on_every_console_within_30_s(tmp_path
     lane1 = dom[dom.index('data-node="1"'):]
     assert 'data-kind="slow"' in lane1.split('class="lane"')[0], lane1[:3000]
     assert "<table data-drawn=\"nodes\">" in dom and "is slow: " in dom
+    assert_timeline_drawn_as_recorded(dom, run)
+    # each node's figures over time, drawn with the notice marked on them
+    drawn = re.findall(r'<div class="chart" data-drawn="(\d+)" data-marks="(\d+)">', dom)
+    assert drawn and all(int(n) >= 5 and int(m) >= 1 for n, m in drawn), drawn
+    series = {r["node"]: r["series"] for r in json.loads((run / "node_steps.json")
+                                                         .read_text())["nodes"]}
+    # the buckets since the notice's first slow report (the test stops the job at the notice)
+    since = events[0]["time"] - events[0]["seconds"]
+    share = {k: [p[3] for p in v if p[3] is not None and p[0] >= since] for k, v in
+             series.items()}
+    assert statistics.median(share[1]) > 1.25 * statistics.median(share[0]), share
 
 
 @pytest.mark.soak

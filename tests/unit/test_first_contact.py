@@ -367,7 +367,7 @@ def test_a_rerun_moves_each_nodes_earlier_files_into_one_folder_per_run(tmp_path
 
 
 def test_torchs_agent_lines_that_meshrun_says_itself_are_dropped():
-    from meshrun.runtime.launch import _quiet_agent_lines
+    from meshrun.runtime.agent_output import quiet_agent_lines as _quiet_agent_lines
 
     _quiet_agent_lines()
     _quiet_agent_lines()  # once only
@@ -487,7 +487,7 @@ def test_a_restart_torch_does_not_count_gets_files_of_its_own(tmp_path):
     """torch's agent restarts workers for a membership change without counting it: the same
     TORCHELASTIC_RESTART_COUNT again. Its workers get new files (the old ones rewritten
     would be tailed twice: a REPORT line came twice in one CI run)."""
-    from meshrun.runtime.logs import worker_logs_spec
+    from meshrun.runtime.agent_output import worker_logs_spec
 
     tailed: list[str] = []
     router = type("Router", (), {"tail": lambda self, path, rank, stream: tailed.append(path)})()

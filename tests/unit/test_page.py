@@ -11,6 +11,7 @@ import time
 
 from meshrun.cli import main
 from meshrun.reports.page import data, render
+from meshrun.runtime.logs import LogRouter
 
 T0 = calendar.timegm(time.strptime("2026-11-27T10:15:00", "%Y-%m-%dT%H:%M:%S"))
 
@@ -22,18 +23,19 @@ def _run(root, name="r", *, metrics=True, steps_json='{"nodes": []}'):
         {"run_id": name, "world_size": 2, "nnodes": 2, "nproc_per_node": 1, "device": "cpu",
          "gpu_names": [], "job": {"recipe": "mlp-tp", "effective_batch": 64},
          "command": ["-m", "meshrun.recipes.mlp_tp"]}))
-    for k in (0, 1):
-        (path / f"node{k}.log").write_text(
-            "2026-11-27T10:15:00.000Z meshrun 0.1.0\n"
-            "2026-11-27T10:15:02.000Z meshrun: all 2 nodes joined\n"
-            "2026-11-27T10:15:02.500Z meshrun: preflight: 2 nodes agree on code (0.1 s)\n"
-            f"2026-11-27T10:15:03.000Z meshrun: starting 1 worker: rank {k} of 2 (3.0 s after "
-            "start)\n"
-            + ("2026-11-27T10:15:40.000Z meshrun: node 1 (vm) is slow: 1.60x the median time "
-               "working (not waiting for the others) of the other nodes for 20 s; rank 1\n"
-               if k == 0 else "")
-            + f"2026-11-27T10:16:00.000Z meshrun: all 1 workers of node {k} finished "
-              "successfully; logs in logs/r\n")
+    for k in (0, 1):   # written as a node writes them: its log and its timeline together
+        router = LogRouter(str(path), k, ())
+        lines = [(0, "meshrun 0.1.0"), (2, "meshrun: all 2 nodes joined"),
+                 (2.5, "meshrun: preflight: 2 nodes agree on code (0.1 s)"),
+                 (3, f"meshrun: starting 1 worker: rank {k} of 2 (3.0 s after start)")]
+        if k == 0:
+            lines.append((40, "meshrun: node 1 (vm) is slow: 1.60x the median time working "
+                              "(not waiting for the others) of the other nodes for 20 s; rank 1"))
+        lines.append((60, f"meshrun: all 1 workers of node {k} finished successfully; logs "
+                          "in logs/r"))
+        for dt, line in lines:
+            router.route(line, at=T0 + dt)
+        router.close()
     if metrics:
         recs = [{"step": 1, "loss": 2.0, "step_time_s": 5.0, "samples_per_s": 12.8,
                  "first_step": True, "at": T0 + 8}]
@@ -90,3 +92,40 @@ def test_report_html_writes_the_page_into_the_run_folder(tmp_path, capsys):
     base = _run(tmp_path, "base")
     assert main(["report", "--html", "--baseline", str(base), str(path)]) == 0
     assert _payload((path / "report.html").read_text())["baseline"]["path"] == str(base)
+
+
+def test_the_timeline_is_what_events_node_k_jsonl_holds(tmp_path):
+    """Each lane is its node's timeline records, in order, at their times; the checkpoints
+    (from metrics.jsonl) are the only events not in those files."""
+    path = _run(tmp_path)
+    d = data(str(path))
+    for k in (0, 1):
+        records = [json.loads(x) for x in (path / f"events.node{k}.jsonl").read_text()
+                   .splitlines()]
+        lane = [e for e in d["lanes"][str(k)] if e["kind"] not in ("checkpoint", "resumed")]
+        assert [(e["t"], e["kind"], e["text"]) for e in lane] == \
+            [(r["time"], r["kind"], r["line"]) for r in records]
+        assert all(r["event"] == "timeline" and r["node"] == k for r in records)
+
+
+def test_a_run_without_timeline_records_gets_its_lanes_from_the_logs_and_says_so(tmp_path):
+    path = _run(tmp_path)
+    expected = data(str(path))["lanes"]
+    (path / "events.node1.jsonl").write_text('{"event": "node-slow", "node": 1}\nhalf a li')
+    d = data(str(path))
+    assert d["lanes"]["1"] == expected["1"]     # the same lane, read from node1.log
+    assert "events.node1.jsonl: 1 line(s) do not parse (left out)" in d["problems"]
+    assert ("events.node1.jsonl holds no timeline: node 1's lane is read from node1.log"
+            in d["problems"])
+
+
+def test_each_nodes_figures_over_time_reach_the_page(tmp_path):
+    steps = {"nodes": [{"node": k, "host": "vm", "step_time_s": 0.1, "compute_s": 0.05,
+                        "series": [[T0 + 15, 0.1, 0.05, None],
+                                   [T0 + 25, 0.1 * (1 + k), 0.05 * (1 + k), None]]}
+                       for k in (0, 1)]}
+    d = data(str(_run(tmp_path, steps_json=json.dumps(steps))))
+    assert d["problems"] == []
+    assert [n["series"][1][1] for n in d["nodes"]] == [0.1, 0.2]
+    page = render(str(tmp_path / "r"))
+    assert 'nodeChart("step time per node", 1, 1000, "ms")' in page

@@ -164,9 +164,15 @@ def test_per_node_step_times_and_slow_notices(tmp_path):
     tracker = Stragglers(nnodes=2, nproc=2, hosts={0: "host-a", 1: "host-b"}, window=5)
     notices = _feed(tracker, 20, lambda r, t: 0.2 if r >= 2 else 0.1)
     Path(path, "node_steps.json").write_text(json.dumps(tracker.summary()))
-    Path(path, "events.node0.jsonl").write_text(
-        "".join(json.dumps(n.to_json()) + "\n" for _, n in notices) + "half a line")
+    from meshrun.runtime import timeline
+
+    Path(path, "events.node0.jsonl").write_text(   # the node's timeline and status lines too
+        timeline.record("start", 0, 1.0, "meshrun 0.1.0") + "\n"
+        + "".join(json.dumps(n.to_json()) + "\n" for _, n in notices)
+        + json.dumps({"event": "status", "line": "meshrun: step 40, 2.0 steps/s"}) + "\n"
+        + timeline.record("slow", 0, 9.0, notices[0][1].line) + "\n" + "half a line")
     r = summarize(path)
+    assert r.slow == [n.line for _, n in notices]   # the notices, once each
     assert [(n["node"], n["host"], n["named_slow"]) for n in r.nodes] == \
         [(0, "host-a", 0), (1, "host-b", 1)]
     text = render_text(report([path]))

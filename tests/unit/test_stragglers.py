@@ -244,3 +244,34 @@ def test_on_a_gpu_the_compute_time_is_the_devices_read_when_complete(monkeypatch
     writer.note(5)                                 # every pair completed by now
     report = writer._report()
     assert report.busy_s == pytest.approx((0.5 + 0.7 + 0.2) / 3)
+
+
+def test_each_nodes_figures_over_time_show_when_it_became_slow():
+    """The series node_steps.json keeps for the run's page: node 1 slows down at t = 40;
+    its step time over time shows it from that bucket on, node 0's does not change."""
+    tracker = Stragglers(nnodes=2, nproc=1, window=10, wall_offset=1000.0)
+    _feed(tracker, 80, lambda r, t: 0.2 if r == 1 and t >= 40 else 0.1)
+    rows = {row["node"]: row["series"] for row in tracker.summary()["nodes"]}
+    for node, points in rows.items():
+        times = [p[0] for p in points]
+        assert times == sorted(times) and 1000 < times[0] < 1020 and times[-1] > 1070
+        assert all(p[3] is None for p in points)          # no work shares were reported
+    before = [p for p in rows[1] if p[0] < 1040]
+    after = [p for p in rows[1] if p[0] > 1040]
+    assert all(p[2] == pytest.approx(0.1) for p in before)
+    assert all(p[2] == pytest.approx(0.2) for p in after)
+    assert all(p[2] == pytest.approx(0.1) for p in rows[0])
+    assert all(p[1] == pytest.approx(1.5 * p[2]) for p in rows[0] + rows[1])
+
+
+def test_a_long_runs_series_stays_bounded_and_keeps_its_means():
+    from meshrun.runtime.stragglers import _SERIES_MAX
+
+    tracker = Stragglers(nnodes=2, nproc=1, window=10)
+    _feed(tracker, 4 * _SERIES_MAX * 10, lambda r, t: 0.1 + 0.1 * (t >= 2 * _SERIES_MAX * 10))
+    for row in tracker.summary()["nodes"]:
+        points = row["series"]
+        assert _SERIES_MAX // 2 <= len(points) <= _SERIES_MAX
+        widths = {round(b[0] - a[0], 6) for a, b in zip(points, points[1:])}
+        assert len(widths) == 1 and widths.pop() >= 40    # merged, evenly
+        assert points[1][2] == pytest.approx(0.1) and points[-1][2] == pytest.approx(0.2)

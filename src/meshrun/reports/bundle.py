@@ -9,7 +9,7 @@
 ``env.node<k>.json``        the launcher's environment, secrets redacted
 ``diagnosis.node<k>.json``  when the run failed: ``meshrun diagnose``'s JSON
 ``stacks/rank<r>.txt``      when the job hung: every thread's Python stack
-``events.node<k>.jsonl``    straggler notices (a node named slow, or no longer)
+``events.node<k>.jsonl``    the node's timeline, straggler notices and status lines
 ``node_steps.json``         node 0: each node's mean step and compute time
 ``nodecheck.node<k>.json``  with ``--node-check``: the node check's verdict
 ``cause.node<k>.json``      when the job failed: its first cause (rank, node, error)
@@ -52,7 +52,6 @@ def write_start(plan: LaunchPlan, env: Mapping[str, str]) -> list[str]:
     kept = [_write(plan, f"plan.node{plan.node_rank}.json", data),
             _write(plan, f"env.node{plan.node_rank}.json", redact_env(env)),
             _keep(os.path.join(plan.log_dir, f"diagnosis.node{plan.node_rank}.json")),
-            _keep(os.path.join(plan.log_dir, f"events.node{plan.node_rank}.jsonl")),
             _keep(os.path.join(plan.log_dir, f"nodecheck.node{plan.node_rank}.json"))]
     if plan.node_rank == 0:
         kept.append(_keep(os.path.join(plan.log_dir, "node_steps.json")))

@@ -8,10 +8,14 @@ run's data are inlined; the page fetches nothing. A file of the run folder that 
 or does not parse leaves its part of the page empty and is named at the top, never a
 traceback.
 
-The timeline's events are meshrun's own lines of each ``node<k>.log`` (each carries its
-time): the start, the join, the preflight, the workers' starts (with the membership epoch),
-restarts, lost nodes, hangs, slow-node notices, membership changes, the end; and from
-``metrics.jsonl`` (rank 0, node 0's lane) the checkpoints saved and the resumes.
+The timeline's events are each node's ``events.node<k>.jsonl`` records, written by the
+node as it wrote the line (:mod:`meshrun.runtime.timeline`): the start, the join, the
+preflight, the workers' starts (with the membership epoch), restarts and their reason, lost
+nodes, hangs with the stuck ranks, slow-node notices, membership changes, the end and its
+code; and from ``metrics.jsonl`` (rank 0, node 0's lane) the checkpoints saved and the
+resumes (``kind`` checkpoint and resumed: the only events not in those files). Each node's
+step time, compute time and share of time working over the run are node 0's straggler
+check's figures (``node_steps.json``'s ``series``), with the slow-node notices marked.
 """
 
 from __future__ import annotations
@@ -24,60 +28,69 @@ import re
 from importlib import resources
 from typing import Any
 
+from ..runtime import timeline
 from . import run_info
 from .goodput import record_time
 
-KINDS = [  # (kind, pattern on the line after "meshrun: ")
-    ("joined", re.compile(r"^all \d+ nodes joined")),
-    ("preflight", re.compile(r"^preflight: ")),
-    ("workers", re.compile(r"^starting \d+ workers?: ")),
-    ("restart", re.compile(r"^restarting node ")),
-    ("lost", re.compile(r"is lost \(|^job stopped: node \d+ .* is lost")),
-    ("hang", re.compile(r"^job hung")),
-    ("slow", re.compile(r" is slow: ")),
-    ("recovered", re.compile(r" is no longer slow")),
-    ("membership", re.compile(r"takes its seat|goes on with|grows to|waits as a spare|is back")),
-    ("done", re.compile(r"finished successfully")),
-    ("failed", re.compile(r"^the job failed because|exited with code|was killed by|^error: ")),
-]
-
 
 def _events(path: str, problems: list[str]) -> dict[int, list[dict[str, Any]]]:
+    """node -> its timeline: the records of ``events.node<k>.jsonl``
+    (:mod:`meshrun.runtime.timeline`), as the node wrote them. A node with a log but no
+    such records (a run of an older meshrun, a log folder that could not be written) gets
+    its lane from its log's stamped lines, classified the same way, and the page says so."""
     lanes: dict[int, list[dict[str, Any]]] = {}
     try:
         names = sorted(os.listdir(path))
     except OSError as exc:
         problems.append(f"{path}: {exc.strerror}")
         return lanes
+    logs = {int(m.group(1)) for n in names if (m := re.match(r"^node(\d+)\.log$", n))}
     for name in names:
-        m = re.match(r"^node(\d+)\.log$", name)
+        m = re.match(r"^events\.node(\d+)\.jsonl$", name)
         if not m:
             continue
-        node, found, last = int(m.group(1)), [], None
         try:
             with open(os.path.join(path, name), encoding="utf-8", errors="replace") as f:
-                for line in f:
-                    t = run_info.stamp_time(line)
-                    if t is None:
-                        continue
-                    body = line.split(" ", 1)[1].strip() if " " in line else ""
-                    if not found:
-                        found.append({"t": t, "kind": "start", "text": body[:300]})
-                    last = (t, body, False)
-                    if not body.startswith("meshrun: "):
-                        continue
-                    said = body[len("meshrun: "):]
-                    kind = next((k for k, pattern in KINDS if pattern.search(said)), None)
-                    if kind is not None:
-                        found.append({"t": t, "kind": kind, "text": body[:500]})
-                        last = (t, body, True)
+                found, bad = timeline.read(f.read())
         except OSError as exc:
             problems.append(f"{name}: {exc.strerror}")
             continue
-        if last is not None and not last[2]:   # the node's last line, unless already an event
-            found.append({"t": last[0], "kind": "end", "text": last[1][:300]})
-        lanes[node] = found
+        if bad:
+            problems.append(f"{name}: {bad} line(s) do not parse (left out)")
+        if found:
+            lanes[int(m.group(1))] = [{"t": r["time"], "kind": r["kind"],
+                                       "text": str(r.get("line", ""))} for r in found]
+    for node in sorted(logs - set(lanes)):
+        lane = _from_log(os.path.join(path, f"node{node}.log"), problems)
+        if lane:
+            lanes[node] = lane
+            problems.append(f"events.node{node}.jsonl holds no timeline: node {node}'s lane "
+                            f"is read from node{node}.log")
     return lanes
+
+
+def _from_log(full: str, problems: list[str]) -> list[dict[str, Any]]:
+    """A lane from a node log's stamped lines (meshrun's own), for a run without events."""
+    found: list[dict[str, Any]] = []
+    last = None
+    try:
+        with open(full, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                t = run_info.stamp_time(line)
+                if t is None:
+                    continue
+                body = line.split(" ", 1)[1].strip() if " " in line else ""
+                if not found:
+                    found.append({"t": t, "kind": "start", "text": body[:timeline.LINE_MAX]})
+                kind = timeline.kind_of(body)
+                if kind is not None:
+                    found.append({"t": t, "kind": kind, "text": body[:timeline.LINE_MAX]})
+                last = (t, body, kind is not None)
+    except OSError as exc:
+        problems.append(f"{os.path.basename(full)}: {exc.strerror}")
+    if last is not None and not last[2]:   # the node's last line, unless already an event
+        found.append({"t": last[0], "kind": "end", "text": last[1][:timeline.LINE_MAX]})
+    return found
 
 
 def _json_file(path: str, name: str, problems: list[str]) -> Any:
@@ -171,6 +184,7 @@ _TEMPLATE = """<!doctype html>
 <style>
 body {{ font: 14px system-ui, sans-serif; margin: 24px; color: #222; max-width: 1100px; }}
 h1 {{ font-size: 20px; }} h2 {{ font-size: 16px; margin-top: 28px; }}
+h3 {{ font-size: 14px; font-weight: normal; margin: 14px 0 4px; }}
 .problems {{ background: #fff4e5; border: 1px solid #f0c080; padding: 8px 12px; }}
 .bar {{ display: flex; height: 22px; border: 1px solid #999; }}
 .bar div {{ height: 100%; }}
@@ -189,7 +203,7 @@ table {{ border-collapse: collapse; }} td, th {{ border: 1px solid #ccc; padding
 <h2>Where the time went</h2><div id="goodput"></div>
 <h2>Loss</h2><div id="loss" class="chart"></div>
 <h2>Throughput</h2><div id="rate" class="chart"></div>
-<h2>Nodes</h2><div id="nodes"></div>
+<h2>Nodes</h2><div id="nodes"></div><div id="nodecharts"></div>
 <h2>Timeline</h2><div id="timeline"></div><div id="events"></div>
 <script id="data" type="application/json">{payload}</script>
 <script>{lib}</script>
@@ -265,8 +279,50 @@ document.getElementById("nodes").innerHTML = nodes.length ? "<table data-drawn='
   (1000 * n.compute_s).toFixed(1) + " ms") + "</td><td>" + (n.work_share == null ? "-" :
   n.work_share.toFixed(3)) + "</td><td>" + (n.ratio == null ? "-" : n.ratio.toFixed(2) +
   "x") + "</td><td>" + esc(n.named_slow || 0) + "</td></tr>").join("") + "</table>" +
-  "<p>(the run's means, node_steps.json: per-node figures over time are not recorded)</p>"
+  "<p>(the run's means; over time below)</p>"
   : "<p>no node_steps.json (the slow-node check was off, or the run ended early)</p>";
+// each node's figures over time (node 0's straggler check), the slow notices as lines
+const NODE_COLORS = ["#27c", "#e80", "#2a2", "#c22", "#a0a", "#0aa", "#886", "#555"];
+// every node prints node 0's notice: one mark each, at the first node's time
+const marks = Array.from(new Map([].concat(...Object.values(D.lanes || {})).filter(e =>
+  e.kind === "slow" || e.kind === "recovered").sort((p, q) => q.t - p.t)
+  .map(e => [e.kind + e.text, e])).values());
+function nodeChart(title, index, scale, unit) {
+  const rows = nodes.filter(n => (n.series || []).some(p => p[index] != null));
+  if (!rows.length || D.t0 == null) return 0;
+  const xs = Array.from(new Set([].concat(...rows.map(n => n.series.map(p => p[0])))))
+    .sort((p, q) => p - q);
+  const div = document.createElement("div");
+  div.className = "chart";
+  div.innerHTML = "<h3>" + esc(title) + "</h3>";
+  document.getElementById("nodecharts").appendChild(div);
+  const series = rows.map((n, i) => {
+    const at = new Map(n.series.map(p => [p[0], p[index]]));
+    return {label: "node " + n.node, color: NODE_COLORS[i % NODE_COLORS.length],
+            ys: xs.map(x => at.has(x) && at.get(x) != null ? at.get(x) * scale : null)};
+  });
+  const opts = {width: Math.min(1050, window.innerWidth - 60), height: 220,
+    scales: {x: {time: false}}, axes: [{label: "seconds since the start"}, {label: unit}],
+    series: [{label: "s"}].concat(series.map(s => ({label: s.label, stroke: s.color,
+      width: 2, spanGaps: true}))),
+    hooks: {draw: [u => { for (const e of marks) {
+      const x = u.valToPos(e.t - D.t0, "x", true);
+      u.ctx.save(); u.ctx.strokeStyle = COLORS[e.kind]; u.ctx.lineWidth = 2;
+      u.ctx.setLineDash([6, 4]); u.ctx.beginPath(); u.ctx.moveTo(x, u.bbox.top);
+      u.ctx.lineTo(x, u.bbox.top + u.bbox.height); u.ctx.stroke(); u.ctx.restore(); }}]}};
+  new uPlot(opts, [xs.map(x => x - D.t0)].concat(series.map(s => s.ys)), div);
+  div.setAttribute("data-drawn", String(xs.length));
+  div.setAttribute("data-marks", String(marks.length));
+  return xs.length;
+}
+const drawn = nodeChart("step time per node", 1, 1000, "ms") +
+  nodeChart("compute time per node (before the step's synchronisation)", 2, 1000, "ms") +
+  nodeChart("share of time working (not waiting for the others)", 3, 1, "share");
+if (!drawn) document.getElementById("nodecharts").innerHTML = "<p>no figures over time " +
+  "(node_steps.json has no series: the slow-node check was off, or no rank reported)</p>";
+else document.getElementById("nodecharts").insertAdjacentHTML("beforeend",
+  "<p class='legend'><span><i style='background:" + COLORS.slow + "'></i>named slow</span>" +
+  "<span><i style='background:" + COLORS.recovered + "'></i>no longer slow</span></p>");
 const lanes = D.lanes || {}, all = [].concat(...Object.values(lanes));
 const tl = document.getElementById("timeline");
 if (all.length && D.t0 != null) {

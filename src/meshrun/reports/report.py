@@ -282,7 +282,8 @@ def _slow_lines(path: str) -> list[str]:
             record = json.loads(line)
         except ValueError:
             continue
-        if isinstance(record, dict) and isinstance(record.get("line"), str):
+        if isinstance(record, dict) and isinstance(record.get("line"), str) \
+                and record.get("event") in ("node-slow", "node-recovered"):  # not the timeline
             out.append(record["line"])
     return out
 

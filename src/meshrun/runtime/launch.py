@@ -39,8 +39,9 @@ from ..redact import redact_text
 from ..reports import bundle
 from ..topology.base import in_spans
 from . import failures
+from .agent_output import quiet_agent_lines, worker_logs_spec
 from .events import EventKind, Goodbye
-from .logs import LogRouter, worker_logs_spec
+from .logs import LogRouter
 from .rendezvous import RDZV_BACKEND, Rounds, register_backend
 from .store import JobStore, join, open_store, say, store_errors
 from .supervise import (
@@ -134,7 +135,8 @@ def run(plan: LaunchPlan, *, env: Mapping[str, str], max_restarts: int = 0,
             code, stopped = 128 + int(sigval), True
         stopped = stopped or STOPPED_BY_SIGNAL.is_set()
         _default_signals()  # a second signal during the clean-up ends meshrun at once
-        from .logs import drop_empty_stacks, scrub_raw
+        from .agent_output import scrub_raw
+        from .logs import drop_empty_stacks
 
         scrub_raw(plan.log_dir, plan.node_rank)
         drop_empty_stacks(plan.log_dir, router.ranks_run())
@@ -155,31 +157,6 @@ def _quiet_agent_cpp_warnings() -> None:
         import torch  # noqa: F401 - c10 reads the level once, when it loads
     finally:
         del os.environ["TORCH_CPP_LOG_LEVEL"]
-
-
-class _SaidByMeshrun:
-    """A logging filter for torch's elastic agent: drops the lines meshrun says better itself
-    (``failed (exitcode: 1) local_rank: 0 (pid: ...) of binary: ...`` next to meshrun's
-    ``rank R on node K exited with code 1``, ``Sending process N closing signal SIGTERM``,
-    ``Received Signals.SIGTERM death signal``). torch's other warnings pass."""
-
-    _DROP = ("failed (exitcode: ", "Sending process ", "Received %s death signal",
-             "Got termination signal")
-
-    def filter(self, record: Any) -> bool:
-        if str(record.msg).startswith("Sending process "):
-            failures.Stopping.saw()   # a record written after this is a stopped rank's
-        return not str(record.msg).startswith(self._DROP)
-
-
-def _quiet_agent_lines() -> None:
-    import logging
-
-    for name in ("torch.distributed.elastic.multiprocessing.api",
-                 "torch.distributed.elastic.agent.server.api"):
-        logger = logging.getLogger(name)
-        if not any(isinstance(f, _SaidByMeshrun) for f in logger.filters):
-            logger.addFilter(_SaidByMeshrun())
 
 
 def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
@@ -209,7 +186,7 @@ def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
 
     rounds = Rounds(members)
     register_backend(job, plan, rounds)
-    _quiet_agent_lines()
+    quiet_agent_lines()
     dog = start_watchdog(job, plan, supervision, hosts, max_restarts, rounds)
     target = (["-m", plan.command.target] if plan.command.module
               else ["--", plan.command.target])

@@ -3,6 +3,9 @@
 * ``node<k>.log``: everything this node's meshrun printed: the banner, join
   progress, the workers' output with ``[rank<r>]:`` prefixes, the outcome.
 * ``rank<r>.log``: one worker's stdout and stderr, interleaved as they came.
+* ``events.node<k>.jsonl``: the node's timeline, one record per event line of meshrun's
+  own (:mod:`meshrun.runtime.timeline`), written with the line; node 0's straggler
+  notices and status lines too.
 * ``raw/node<k>-<time>/attempt<n>/rank<r>.{stdout,stderr,error.json}``: the
   elastic agent's own redirect files and error reports, per restart attempt
   (``attempt<n>-2``, ...: a restart torch does not count, for a membership change).
@@ -29,6 +32,7 @@ from typing import Any, TextIO
 
 from ..redact import redact_text
 from ..topology.base import in_spans
+from . import status, timeline
 
 _RANK_LINE = re.compile(r"^\[rank(\d+)\]: ?(.*)$", re.S)
 # torch prefixes a worker's own traceback lines with "[rankN]:" too; say it once.
@@ -49,6 +53,14 @@ def keep_previous(path: str) -> str | None:
 
 
 _CHUNK_HEADER = re.compile(r"^\[rank(\d+)\]: ")
+_CLEAR = "\r\x1b[K"                   # a terminal's line: back to its start, cleared
+
+
+def _is_terminal(console: TextIO) -> bool:
+    try:
+        return console.isatty()
+    except (ValueError, OSError):   # closed
+        return False
 _MAX_PARTIAL = 64 * 1024  # a worker's unfinished line held back at most this long
 _PROGRESS_EVERY = 1.0     # seconds between console echoes of one rank's redrawn progress line
 
@@ -109,11 +121,12 @@ class _Tee(io.TextIOBase):
         """One of meshrun's own lines: stamped in the node log, on the console with
         ``--timestamps``, and on the console of a job of several nodes after its node
         (``[node k] ``: one SLURM output file holds every node's console)."""
-        when = stamp()
+        now = time.time()
         shown = f"{self._router.prefix}{line}" if line else line
-        self._console.write((f"{when} {shown}" if self._router.timestamps and line else shown)
-                            + end)
-        self._router.route(line, when=when)
+        self._router.show(self._console, (f"{stamp(now)} {shown}" if self._router.timestamps
+                                          and line else shown) + end,
+                          is_status=line.startswith(status.PREFIX))
+        self._router.route(line, at=now)
 
     def _worker_chunk(self, rank: int, body: str) -> None:
         held = self._partial.pop(rank, "") + body
@@ -140,13 +153,13 @@ class _Tee(io.TextIOBase):
         state = settle(held)
         if state and state != shown and now - when >= _PROGRESS_EVERY \
                 and self._router.shows(rank):
-            self._console.write(redact_text(f"[rank{rank}]: {state}") + "\n")
+            self._router.show(self._console, redact_text(f"[rank{rank}]: {state}") + "\n")
             self._echoed[rank] = (now, state)
 
     def _emit(self, rank: int, line: str) -> None:
         whole = redact_text(_DOUBLE_PREFIX.sub(r"\1", f"[rank{rank}]: {settle(line)}"))
         if self._router.shows(rank):
-            self._console.write(whole + "\n")
+            self._router.show(self._console, whole + "\n")
         self._router.route(whole)
 
     def finish(self) -> None:
@@ -283,7 +296,9 @@ class LogRouter:
         self.run_dir = run_dir
         self.lock = threading.RLock()
         self.node_log_path = os.path.join(run_dir, f"node{node_rank}.log")
+        self.events_path = os.path.join(run_dir, f"events.node{node_rank}.jsonl")
         self.moved = [m for m in (keep_previous(self.node_log_path),
+                                  keep_previous(self.events_path),
                                   *(keep_previous(self.rank_log_path(r)) for r in ranks)) if m]
         self._node = open(self.node_log_path, "a", encoding="utf-8", buffering=1)
         self.node_rank = node_rank
@@ -294,6 +309,30 @@ class LogRouter:
         self._saved: tuple[Any, Any] | None = None
         self.lost: str | None = None          # why the log folder cannot be written, once
         self._tail: WorkerTail | None = None  # the workers' redirect files (see WorkerTail)
+        self._events: TextIO | None = None    # opened at the first timeline event
+        self._last_own: tuple[float, str, bool] | None = None  # (time, line, an event)
+        self._sticky: tuple[TextIO, str] | None = None  # the status line a terminal shows
+
+    def show(self, console: TextIO, text: str, is_status: bool = False) -> None:
+        """``text`` on the console. On a terminal node 0's status line stays the last line,
+        rewritten in place: each other line clears it first and draws it again after
+        (elsewhere, a log or a pipe, every status line is a plain line of its own)."""
+        if is_status and _is_terminal(console):
+            if self._sticky is not None:
+                self._sticky[0].write(_CLEAR)
+            console.write(text.rstrip("\n"))
+            console.flush()
+            self._sticky = (console, text.rstrip("\n"))
+            return
+        sticky = self._sticky
+        if sticky is not None:
+            sticky[0].write(_CLEAR)
+            sticky[0].flush()
+        console.write(text)
+        if sticky is not None:
+            console.flush()
+            sticky[0].write(sticky[1])
+            sticky[0].flush()
 
     def shows(self, rank: int) -> bool:
         """Rank ``rank``'s output goes to the console (``--show-ranks``)."""
@@ -318,13 +357,18 @@ class LogRouter:
         with self.lock:
             return tuple(sorted(self._ran))
 
-    def route(self, line: str, when: str | None = None) -> None:
-        """One line into the node log (and a worker's into its rank log); ``when``: the
-        stamp of one of meshrun's own lines (a worker's lines are the script's, unchanged)."""
+    def route(self, line: str, at: float | None = None) -> None:
+        """One line into the node log (and a worker's into its rank log); ``at``: the time
+        of one of meshrun's own lines, stamped before it (a worker's lines are the script's,
+        unchanged), and recorded in ``events.node<k>.jsonl`` when it is an event of the
+        run's timeline (:mod:`meshrun.runtime.timeline`)."""
         if self._node.closed or self.lost is not None:  # closed: a late writer (a torch
             return                                      # thread's logger) after close()
         try:
-            self._node.write(f"{when} {line}\n" if when and line else line + "\n")
+            self._node.write(f"{stamp(at)} {line}\n" if at is not None and line
+                             else line + "\n")
+            if at is not None and line:
+                self._timeline(line, at)
             match = _RANK_LINE.match(line)
             if match:
                 rank = int(match.group(1))
@@ -338,6 +382,21 @@ class LogRouter:
                 handle.write(match.group(2) + "\n")
         except OSError as exc:
             self._give_up(exc)
+
+    def _timeline(self, line: str, at: float) -> None:
+        """The node's first line is its ``start``, an event line its kind; the last line
+        is kept for its ``end`` (:meth:`close`). Raises OSError as the node log does."""
+        kind = timeline.kind_of(line)
+        records = []
+        if self._last_own is None:
+            records.append(timeline.record("start", self.node_rank, at, line))
+        if kind is not None:
+            records.append(timeline.record(kind, self.node_rank, at, line))
+        self._last_own = (at, line, kind is not None)
+        if records:
+            if self._events is None:
+                self._events = open(self.events_path, "a", encoding="utf-8", buffering=1)
+            self._events.write("\n".join(records) + "\n")
 
     def tail(self, path: str, rank: int, stream: str) -> None:
         """Pass on a worker's redirect file as it grows (its lines reach the console and
@@ -362,9 +421,9 @@ class LogRouter:
         """``text`` into the node log, not on the console (the whole plan, when the console
         gets the short banner); redacted like every line."""
         with self.lock:
-            when = stamp()
+            now = time.time()
             for line in text.splitlines():
-                self.route(redact_text(line), when=when)
+                self.route(redact_text(line), at=now)
 
     def _give_up(self, exc: OSError) -> None:
         """The log folder cannot be written (a full disk, a lost mount): say so once on the
@@ -405,80 +464,27 @@ class LogRouter:
                 for stream in (sys.stdout, sys.stderr):
                     if isinstance(stream, _Tee):
                         stream.finish()
+                if self._sticky is not None:   # the last status line stays on the screen
+                    self._sticky[0].write("\n")
+                    self._sticky = None
                 sys.stdout.flush()
                 sys.stderr.flush()
                 sys.stdout, sys.stderr = self._saved
                 self._saved = None
-            for handle in (self._node, *self._ranks.values()):
+            last = self._last_own
+            if last is not None and not last[2] and self._events is not None \
+                    and self.lost is None:   # the node's last line, unless an event already
+                try:
+                    self._events.write(timeline.record("end", self.node_rank, last[0],
+                                                       last[1]) + "\n")
+                except OSError:
+                    pass
+            for handle in (self._node, *self._ranks.values(),
+                           *([self._events] if self._events is not None else [])):
                 try:
                     handle.close()
                 except OSError:  # its last lines could not be written (a full disk)
                     pass
-
-
-def worker_logs_spec(run_dir: str, node_rank: int, router: LogRouter):
-    """A torch ``LogsSpecs`` that redirects every worker under ``raw/``; ``router`` tails the
-    files (:class:`WorkerTail`: torch's own tee would split a progress bar's redraws)."""
-    from torch.distributed.elastic.multiprocessing.api import LogsDest, LogsSpecs, Std
-
-    session = os.path.join(run_dir, "raw", f"node{node_rank}-{time.strftime('%Y%m%d-%H%M%S')}")
-
-    class _WorkerLogs(LogsSpecs):
-        def __init__(self) -> None:
-            super().__init__(log_dir=session, redirects=Std.ALL, tee=Std.NONE)  # WorkerTail
-
-        @property
-        def root_log_dir(self) -> str:
-            return session
-
-        def reify(self, envs: dict[int, dict[str, str]]) -> Any:
-            attempt = envs[0].get("TORCHELASTIC_RESTART_COUNT", "0") if envs else "0"
-            folder = os.path.join(session, f"attempt{attempt}")
-            again = 1
-            while os.path.exists(folder):
-                # a restart torch does not count (a membership change) keeps the count: its
-                # workers get files of their own, never the last ones rewritten (which the
-                # tail had read: their output would come twice, or be cut)
-                again += 1
-                folder = os.path.join(session, f"attempt{attempt}-{again}")
-            os.makedirs(folder)
-            out: dict[str, dict[int, str]] = {k: {} for k in ("stdouts", "stderrs", "errors")}
-            for local_rank, env in envs.items():
-                base = os.path.join(folder, f"rank{env.get('RANK', local_rank)}")
-                out["stdouts"][local_rank] = base + ".stdout"
-                out["stderrs"][local_rank] = base + ".stderr"
-                out["errors"][local_rank] = base + ".error.json"
-                env["TORCHELASTIC_ERROR_FILE"] = base + ".error.json"
-                rank = int(env.get("RANK", local_rank))
-                router.tail(base + ".stdout", rank, "stdout")
-                router.tail(base + ".stderr", rank, "stderr")
-            return LogsDest(stdouts=out["stdouts"], stderrs=out["stderrs"],
-                            tee_stdouts={}, tee_stderrs={}, error_files=out["errors"])
-
-    return _WorkerLogs()
-
-
-def scrub_raw(run_dir: str, node_rank: int) -> None:
-    """Redact secrets in torch's raw per-worker files of this node (written by torch itself,
-    before meshrun sees the lines): the bundle must not carry tokens or keys."""
-    root = os.path.join(run_dir, "raw")
-    if not os.path.isdir(root):
-        return
-    for session in os.listdir(root):
-        if not session.startswith(f"node{node_rank}-"):
-            continue
-        for folder, _, files in os.walk(os.path.join(root, session)):
-            for name in files:
-                path = os.path.join(folder, name)
-                try:
-                    with open(path, encoding="utf-8", errors="replace") as handle:
-                        text = handle.read()
-                    clean = redact_text(text)
-                    if clean != text:
-                        with open(path, "w", encoding="utf-8") as handle:
-                            handle.write(clean)
-                except OSError:
-                    continue
 
 
 def drop_empty_stacks(run_dir: str, ranks: tuple[int, ...]) -> None:

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 
 from .. import protocol
 
+PREFIX = "meshrun: status: "   # how the line begins (a terminal keeps it in place: logs.py)
+
 
 def duration(seconds: float) -> str:
     if seconds < 90:
@@ -98,7 +100,7 @@ class Status:
             figures["checkpoint_age_s"] = now - seen
         self._last = (now, position, unit)
         self.figures = figures
-        line = "meshrun: status: " + "; ".join(parts)
+        line = PREFIX + "; ".join(parts)
         self.history.append(line)
         return line
 

@@ -63,6 +63,8 @@ _WARMUP_REPORTS = 2   # reports with timings each rank sends before its timings 
 _FRESH_S = 5.0        # a rank's figure counts in the references this long after it came
 _FLOOR_S = 0.0005     # slower by this much too: the jitter of sub-millisecond steps is no straggler
 _FLOOR_SHARE = 0.02   # a work share above the others' by this much too (2 % of the time)
+_SERIES_S = 10.0      # the first width of a node's figures-over-time buckets (node_steps.json)
+_SERIES_MAX = 360     # buckets a node keeps; past it, neighbours merge (the width doubles)
 WORK = "time working"  # the measure of the worker shim's work shares (meshrun.worker.observe)
 
 
@@ -154,6 +156,49 @@ class _Totals:
 
 
 @dataclass
+class _Series:
+    """A node's figures over time, for the run's page: buckets of ``width`` seconds of node
+    0's clock, each summing what :class:`_Totals` sums. Bounded: past ``_SERIES_MAX``
+    buckets, each pair merges and the width doubles (a 9-hour run keeps 360 points of 90 s)."""
+
+    width: float = _SERIES_S
+    buckets: dict[int, list[float]] = field(default_factory=dict)  # index -> sums, as below
+
+    def add(self, now: float, steps: int, step_s: float, busy_s: float, work: float) -> None:
+        """One counted report: ``steps`` steps of ``step_s`` each (0: none), ``busy_s``
+        compute time a step (< 0: none), ``work`` the share working (< 0: none)."""
+        b = self.buckets.setdefault(int(now // self.width), [0.0] * 6)
+        if steps > 0 and step_s >= 0:
+            b[0] += steps
+            b[1] += step_s * steps
+            if busy_s >= 0:
+                b[2] += steps
+                b[3] += busy_s * steps
+        if work >= 0:
+            b[4] += 1
+            b[5] += work
+        while len(self.buckets) > _SERIES_MAX:
+            merged: dict[int, list[float]] = {}
+            for index, sums in self.buckets.items():
+                into = merged.setdefault(index // 2, [0.0] * 6)
+                for i, value in enumerate(sums):
+                    into[i] += value
+            self.buckets, self.width = merged, self.width * 2
+
+    def points(self, offset: float) -> list[list[float | None]]:
+        """``[time, step time, compute time, share working]`` per bucket (its middle, on the
+        clock ``offset`` seconds from node 0's: wall time), None where it had none."""
+        out = []
+        for index in sorted(self.buckets):
+            steps, step_s, busy_n, busy_s, work_n, work = self.buckets[index]
+            out.append([round(offset + (index + 0.5) * self.width, 3),
+                        round(step_s / steps, 6) if steps else None,
+                        round(busy_s / busy_n, 6) if busy_n else None,
+                        round(work / work_n, 4) if work_n else None])
+        return out
+
+
+@dataclass
 class Stragglers:
     nnodes: int
     nproc: int
@@ -161,11 +206,13 @@ class Stragglers:
     factor: float = _DEFAULTS.slow_factor   # the one default: Supervision's
     window: float = _DEFAULTS.slow_window
     seats: tuple[int, ...] = ()  # seat -> node (meshrun.runtime.membership); () = node k
+    wall_offset: float = 0.0     # wall time minus the clock ``observe`` gets (the series' times)
 
     def __post_init__(self) -> None:
         self._ranks: dict[int, _Rank] = {}
         self._named: dict[int, Notice] = {}     # node -> the notice that named it
         self.totals: dict[int, _Totals] = {}
+        self.series: dict[int, _Series] = {}    # node -> its figures over time
 
     def node_of(self, rank: int) -> int:
         seat = rank // max(1, self.nproc)
@@ -206,7 +253,10 @@ class Stragglers:
         state.reports += 1
         if state.reports <= _WARMUP_REPORTS or mark < state.first_step + _WARMUP_STEPS:
             return False
-        totals = self.totals.setdefault(self.node_of(rank), _Totals())
+        node = self.node_of(rank)
+        totals = self.totals.setdefault(node, _Totals())
+        self.series.setdefault(node, _Series()).add(
+            now, p.steps if timed else 0, p.step_s, p.busy_s if timed else -1.0, p.work)
         if timed:
             totals.steps += p.steps
             totals.step_s += p.step_s * p.steps
@@ -319,8 +369,8 @@ class Stragglers:
 
     def summary(self) -> dict:
         """Per node: mean step time and compute time over the run, its ratio to the median
-        of the other nodes (as the check compares), and how often it was named slow
-        (``node_steps.json``)."""
+        of the other nodes (as the check compares), how often it was named slow, and
+        ``series``: its figures over time (:meth:`_Series.points`) (``node_steps.json``)."""
         rows = []
         for node in sorted(self.totals):
             t = self.totals[node]
@@ -329,7 +379,9 @@ class Stragglers:
                          "compute_s": t.busy_s / t.busy_steps if t.busy_steps else None,
                          "work_share": t.work / t.work_reports if t.work_reports else None,
                          "steps_reported": t.steps, "work_reports": t.work_reports,
-                         "named_slow": t.named})
+                         "named_slow": t.named,
+                         "series": self.series[node].points(self.wall_offset)
+                         if node in self.series else []})
         # the figure the check compares: the work share where every node has one
         use_work = rows and all(r["work_share"] is not None for r in rows)
         figures = [r["work_share"] if use_work else

@@ -131,7 +131,8 @@ def start_watchdog(job: JobStore, plan: LaunchPlan, supervision: Supervision,
 
         slow = Stragglers(plan.seated_nodes, plan.nproc_per_node, hosts,
                           factor=supervision.slow_factor, window=supervision.slow_window,
-                          seats=tuple(range(plan.seated_nodes)))
+                          seats=tuple(range(plan.seated_nodes)),
+                          wall_offset=time.time() - time.monotonic())  # the watchdog's clock
         if plan.world_size == 1:  # say so rather than guess
             print("meshrun: slow-node check: one rank, nobody to compare it with: off",
                   file=sys.stderr, flush=True)
