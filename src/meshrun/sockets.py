@@ -1,6 +1,7 @@
 """Sockets of this process, beyond what the store client offers: cut this process's own
 connections to a store whose host went silent, and resolve a host once. Linux (``/proc``);
-used by the agent (a lost store host) and by :func:`meshrun.progress` (its writer thread)."""
+used by the agent (a lost store host) and by :func:`meshrun.progress` (its writer thread).
+And the resolver settings a node agent runs with (:func:`resolver_for_agent`)."""
 
 from __future__ import annotations
 
@@ -50,3 +51,61 @@ def resolve(host: str) -> tuple[str, ...]:
         return tuple({info[4][0] for info in socket.getaddrinfo(host, None)}) or (host,)
     except OSError:
         return (host,)
+
+
+# --- the resolver of a node agent (issue 21: a flood of connections to the job store) ------
+
+#: The resolver options a node agent runs with unless the user set ``RES_OPTIONS``: a name
+#: lookup whose reply is lost fails after 1 s instead of glibc's 2 x 5 s.
+AGENT_RES_OPTIONS = "timeout:1 attempts:1"
+_MARK = "MESHRUN_RESOLVER_SET"   # set across the re-exec, removed at once after it
+
+
+def resolver_for_agent(argv: Sequence[str], environ: dict[str, str] | None = None) -> None:
+    """Before anything else in a ``meshrun run`` process: run with :data:`AGENT_RES_OPTIONS`.
+
+    torch's store server looks up the host name of every connection it accepts
+    (``getnameinfo``), on the one thread that serves every client: a reverse lookup whose
+    DNS reply is lost holds every call of every node for glibc's 5 s (measured: 200 idle
+    connections to the port made every call take 4-5 s, and meshrun then named node 0
+    lost). glibc reads ``RES_OPTIONS`` once, when the process first loads its resolver
+    settings, so this process starts again (``exec``, same pid) with it set, loads the
+    settings at once, and takes the variable out of its environment again: the workers,
+    which inherit the environment, resolve as the user's settings say. A user's own
+    ``RES_OPTIONS`` is left alone (and then nothing is done). Not on non-glibc systems
+    (no ``__res_init``): nothing is done there either."""
+    env = os.environ if environ is None else environ
+    if env.get(_MARK) == "1":   # the process after the exec: load them, then forget them
+        load_resolver()
+        env.pop(_MARK, None)
+        env.pop("RES_OPTIONS", None)
+        return
+    if "RES_OPTIONS" in env or not _has_res_init():
+        return
+    import sys
+
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    # the command line as it was, interpreter options too (simulate starts nodes with -u)
+    again = list(getattr(sys, "orig_argv", None) or [sys.executable, "-m", "meshrun", *argv])
+    os.execve(sys.executable, again, {**env, "RES_OPTIONS": AGENT_RES_OPTIONS, _MARK: "1"})
+
+
+def _has_res_init() -> bool:
+    """glibc's resolver can be loaded now (``__res_init``): the settings are read then."""
+    try:
+        import ctypes
+
+        return getattr(ctypes.CDLL(None), "__res_init", None) is not None
+    except (OSError, AttributeError):
+        return False
+
+
+def load_resolver() -> bool:
+    """Load glibc's resolver settings now (with this environment's ``RES_OPTIONS``)."""
+    try:
+        import ctypes
+
+        return getattr(ctypes.CDLL(None), "__res_init")() == 0
+    except (OSError, AttributeError):
+        return False

@@ -51,6 +51,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
+    if argv is None and sys.argv[1:2] == ["run"]:   # a node agent's process (not a test's call)
+        from ..sockets import resolver_for_agent
+
+        resolver_for_agent(sys.argv[1:])   # may exec this process again, once
     argv = list(sys.argv[1:] if argv is None else argv)
     env = dict(os.environ)  # the one read of the environment; handed down from here
     try:
