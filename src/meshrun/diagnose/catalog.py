@@ -52,6 +52,17 @@ _NCCL_DEBUG = "rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET and read th
 _PEERS_FIRST = ("this rank is a victim: look for the first failure on the other ranks "
                 "(meshrun diagnose over every node's and rank's log)")
 
+def launcher_cause(hit) -> str:
+    return (f"the script reads {hit.group('var')}, which a launcher sets for every process "
+            "(torchrun, meshrun run), but it was started without one (python train.py), "
+            "or the launcher's environment did not reach it")
+
+
+LAUNCHER_FIX = ("start it through a launcher: meshrun run -- train.py (it sets RANK, "
+                      "LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT for every worker), "
+                      "or meshrun simulate to try several nodes on one machine")
+
+
 CATALOG: tuple[Signature, ...] = (
     # -- setup ------------------------------------------------------------------------------
     sig("preflight-mismatch", "nodes differ (preflight)",
@@ -162,6 +173,20 @@ CATALOG: tuple[Signature, ...] = (
          "(and NCCL_IB_DISABLE=1) on every node, or the library's own switch for its custom "
          "all-reduce",
          SETUP, "CUDA's `peer access is not supported between these two devices`"),
+    # a crash while NCCL sets up: on consumer multi-GPU machines most often P2P
+    sig("gpu-p2p-unsupported", "GPU peer-to-peer not available",
+         [r"Segmentation fault"],
+         "the process crashed in native code while NCCL was setting up its communicator: on a "
+         "machine with several consumer GPUs (RTX 3090/4090/5090) that is most often "
+         "peer-to-peer access the cards or the PCIe topology do not really support; else a "
+         "libnccl that does not match torch's",
+         "set NCCL_P2P_DISABLE=1 (and NCCL_IB_DISABLE=1 without InfiniBand) on every node and "
+         "rerun; if it still crashes, check that one NCCL is installed (pip list | grep -i "
+         "nccl) and rerun with NCCL_DEBUG=INFO",
+         SETUP, "`Segmentation fault` in a log that shows NCCL's set-up (`ncclCommInitRank`, "
+         "`Init torch distributed`, `is using nccl`)",
+         confirm=r"ncclCommInitRank|Init torch distributed|is using nccl",
+         suppresses=("segfault",), also=("nccl-library-shadowed",)),
     sig("cuda-fork-reinit", "CUDA used before a fork",
          [r"Cannot re-initialize CUDA in forked subprocess",
           r"To use CUDA with multiprocessing, you must use the 'spawn' start method",
@@ -210,6 +235,94 @@ CATALOG: tuple[Signature, ...] = (
          "'module.')",
          FAULT, "`Unexpected key(s) in state_dict: \"module.…` when loading a checkpoint "
          "(torch 0.x: `unexpected key \"module.…\" in state_dict`)"),
+    sig("checkpoint-saved-device-missing", "checkpoint saved on a GPU this node lacks",
+         [r"Attempting to deserialize object on (?:a )?CUDA device (?P<dev>\d+) but "
+          r"torch\.cuda\.device_count\(\) is (?P<count>\d+)",
+          r"Attempting to deserialize object on a CUDA device but "
+          r"torch\.cuda\.is_available\(\) is False"],
+         lambda h: ("the checkpoint's tensors were saved on "
+                    + (f"cuda:{h.group('dev')}, and this process sees only "
+                       f"{h.group('count')} GPU(s)" if h.group("dev")
+                       else "a GPU, and this process sees none")
+                    + ": torch.load puts each tensor back on the device it was saved from"),
+         "load with torch.load(path, map_location='cpu') (or map_location=f'cuda:{local_rank}') "
+         "and move the model after; save from every rank's model.state_dict() only after "
+         "moving it, or save on rank 0 only",
+         FAULT, "`Attempting to deserialize object on CUDA device 2 but "
+         "torch.cuda.device_count() is 1` (and `... is_available() is False`)"),
+    sig("checkpoint-multi-rank-race", "ranks removing the same checkpoint",
+         [(r"FileNotFoundError: \[Errno 2\] No such file or directory: "
+           r"'(?P<path>[^']*(?:checkpoint|ckpt|\.pt\b)[^']*)'")],
+         lambda h: (f"more than one process removes or renames the same checkpoint path "
+                    f"({h.group('path')}): the output folder is shared and every rank (or every "
+                    "node's rank 0) runs the save's clean-up; the first one wins and the others "
+                    "find it gone"),
+         "do the checkpoint clean-up and renames on one process only (if global rank 0; on a "
+         "shared filesystem not each node's local rank 0; HF Trainer: save_on_each_node=False); "
+         "transformers 4.36.0 had this bug for tmp-checkpoint folders: upgrade",
+         FAULT, "`FileNotFoundError: ... No such file or directory: '...checkpoint...'` where "
+         "the same log shows the path being removed or renamed (`shutil.rmtree`, `os.rename`, "
+         "`'tmp-checkpoint-N' -> 'checkpoint-N'`)",
+         confirm=r"shutil\.rmtree|in rmtree|os\.rmdir|os\.rename|os\.replace|shutil\.move|"
+                 r"' -> '"),
+    sig("torch-load-weights-only", "torch.load refuses a pickled object",
+         [r"Weights only load failed", r"WeightsUnpickler error: Unsupported global"],
+         "since torch 2.6 torch.load defaults to weights_only=True, which refuses any pickled "
+         "object that is not a tensor or a plain container (an argparse.Namespace, a numpy "
+         "scalar, a custom class saved in the checkpoint)",
+         "for a checkpoint you trust, torch.load(path, weights_only=False); or allow the named "
+         "class with torch.serialization.add_safe_globals([...]); or save only state_dicts "
+         "and plain values",
+         FAULT, "`Weights only load failed`, `WeightsUnpickler error: Unsupported global`"),
+    sig("bf16-unsupported-gpu", "GPU without bfloat16",
+         [r"Current CUDA Device does not support bfloat16",
+          r"Bfloat16 is only supported on GPUs with compute capability of at least 8\.0",
+          r"bf16 is not supported on (?:this|your) (?:GPU|device)"],
+         "bfloat16 was asked for on a GPU that does not support it (compute capability below "
+         "8.0: V100, T4, P100 and older)",
+         "use float16 with a GradScaler (or fp32) on these GPUs: meshrun's recipes choose "
+         "it with parallel.mixed_precision=auto; HF: fp16=True instead of bf16=True; "
+         "Lightning: precision='16-mixed'",
+         SETUP, "`Current CUDA Device does not support bfloat16`, `Bfloat16 is only supported "
+         "on GPUs with compute capability of at least 8.0`"),
+    sig("fp16-trainable-params", "fp16 parameters under a GradScaler",
+         [r"Attempting to unscale FP16 gradients"],
+         "the trainable parameters are float16 (the model was cast with .half() or loaded in "
+         "fp16), and mixed precision's GradScaler can only unscale float32 gradients",
+         "keep the trainable parameters in float32 and let autocast run the forward in "
+         "fp16 (HF/diffusers: cast the trained parameters, e.g. LoRA layers, to float32; "
+         "do not .half() the model before training)",
+         FAULT, "`ValueError: Attempting to unscale FP16 gradients.`"),
+    sig("zero-untested-optimizer", "ZeRO with an untested optimizer",
+         [r"You are using an untested ZeRO Optimizer"],
+         "DeepSpeed ZeRO was given an optimizer it has not been tested with (not one of its "
+         "own or torch's Adam/AdamW), and refuses it unless the config allows it",
+         "add \"zero_allow_untested_optimizer\": true at the top level of the DeepSpeed config "
+         "(and check the optimizer's state is partitioned as you expect), or use DeepSpeed's "
+         "own optimizer",
+         SETUP, "`You are using an untested ZeRO Optimizer. Please add "
+         "<\"zero_allow_untested_optimizer\": true>`"),
+    sig("nccl-cpu-tensor", "a CPU tensor in an NCCL collective",
+         [r"Tensors must be CUDA and dense",
+          r"No backend type associated with device type cpu"],
+         "a collective of the NCCL process group got a tensor on the CPU: NCCL moves only GPU "
+         "tensors (a parameter or buffer never moved to the GPU, a model loaded on the CPU, a "
+         "scalar made with torch.tensor(...) without device=)",
+         "move the tensor (and the model) to the rank's GPU before the collective "
+         "(tensor.to(f'cuda:{local_rank}')), or create the process group with "
+         "backend='cpu:gloo,cuda:nccl' for collectives on CPU tensors",
+         FAULT, "`Tensors must be CUDA and dense`, `No backend type associated with device "
+         "type cpu`"),
+    sig("mpi-host-slots-too-few", "more MPI processes than host slots",
+         [r"There are not enough slots available in the system to satisfy the (?P<n>\d+)"],
+         lambda h: (f"mpirun was asked for {h.group('n')} processes but the hosts it was given "
+                    "offer fewer slots (a host listed without :N counts one slot, or Open MPI "
+                    "counts cores, not GPUs)"),
+         "give each host its slot count (-H node1:8,node2:8 or 'node1 slots=8' in the "
+         "hostfile), or ask for no more processes than slots (--oversubscribe to allow more "
+         "on purpose)",
+         SETUP, "Open MPI's `There are not enough slots available in the system to satisfy "
+         "the N slots`"),
     sig("cuda-on-cpu-torch", "CUDA asked of a CPU-only torch",
          [r"module 'torch\._C' has no attribute '_cuda_\w+'",
           r"Torch not compiled with CUDA enabled"],
@@ -290,14 +403,17 @@ CATALOG: tuple[Signature, ...] = (
          [r"environment variable (?P<var>[A-Z_]+) expected, but not set",
           (r"KeyError: '(?P<var>RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|MASTER_ADDR|"
            r"MASTER_PORT)'")],
-         lambda h: (f"the script reads {h.group('var')}, which a launcher sets for every process "
-                    "(torchrun, meshrun run), but it was started without one (python train.py), "
-                    "or the launcher's environment did not reach it"),
-         "start it through a launcher: meshrun run -- train.py (it sets RANK, LOCAL_RANK, "
-         "WORLD_SIZE, MASTER_ADDR and MASTER_PORT for every worker), or meshrun simulate to try "
-         "several nodes on one machine",
+         launcher_cause, LAUNCHER_FIX,
          SETUP, "`environment variable MASTER_ADDR expected, but not set`, `KeyError: 'RANK'` "
          "(and LOCAL_RANK, WORLD_SIZE, MASTER_PORT)"),
+    # the same, where only the KeyError's message was kept (an IDE's or a logger's str(exc):
+    # a bare 'LOCAL_RANK' line) beside the frame that read the variable
+    sig("launcher-env-missing", "started without a launcher",
+         [(r"os\.environ\[[\"'](?P<var>RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|"
+           r"MASTER_ADDR|MASTER_PORT)[\"']\]")],
+         launcher_cause, LAUNCHER_FIX, SETUP,
+         "a frame reading `os.environ[\"LOCAL_RANK\"]` with the KeyError's bare message "
+         "`'LOCAL_RANK'`", confirm=r"(?m)^\s*'{var}'\s*$"),
     sig("local-rank-argument", "--local-rank not accepted",
          [r"unrecognized arguments: .*--local[-_]rank(?:[= ]\d+|\s|$)"],
          local_rank_cause,
@@ -370,6 +486,18 @@ CATALOG: tuple[Signature, ...] = (
          "interpreter), or install it there; one image or lock file for every node (meshrun's "
          "preflight compares installed packages across nodes)",
          SETUP, "`ModuleNotFoundError: No module named 'X'` for any other module"),
+    sig("nccl-library-shadowed", "an older NCCL loaded ahead of torch's",
+         [r"libtorch_cuda\.so: undefined symbol: (?P<sym>nccl\w+)",
+          r"libtorch_cuda\.so[^:\n]*: undefined symbol: (?P<sym>nccl\w+)"],
+         lambda h: (f"torch was built against a newer NCCL than the libnccl this process loaded "
+                    f"({h.group('sym')} is missing from it): another libnccl comes first — a "
+                    "second nvidia-nccl-cu* wheel (cu11 beside cu12), a library that bundles its "
+                    "own (cupy, an older container's /usr/lib), or LD_LIBRARY_PATH"),
+         "keep one NCCL: pip list | grep -i nccl and uninstall the wheel torch does not "
+         "require (pip show torch names it), unset LD_LIBRARY_PATH entries with another "
+         "libnccl.so, import torch before libraries that load their own NCCL",
+         SETUP, "`libtorch_cuda.so: undefined symbol: ncclCommRegister` (any `nccl*` symbol)",
+         suppresses=("torch-abi-mismatch",)),
     sig("torch-abi-mismatch", "extension built for another torch",
          [r"(?P<so>/\S+\.so)[^:]*: undefined symbol: (?P<sym>\S+)",
           r"undefined symbol: (?P<sym>\S+)"],
