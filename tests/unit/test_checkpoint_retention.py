@@ -176,3 +176,59 @@ def test_rank0_file_errors_become_one_line(tmp_path):
     line = caught.value.line()
     assert f"checkpoint.dir {tmp_path}: cannot read it (Permission denied)" in line
     assert "fix: " in line
+
+
+def test_node_0_reads_the_newest_complete_checkpoint_of_recipes_hf_and_lightning(tmp_path):
+    """What a shrunk job's admission waits for: a newer complete checkpoint, in the layout
+    of meshrun's recipes, an HF Trainer's output_dir or a Lightning ModelCheckpoint folder;
+    what is not whole yet does not count."""
+    from meshrun.worker.checkpoint import newest_in_any_layout
+
+    assert newest_in_any_layout(str(tmp_path / "missing")) == -1
+    (tmp_path / "checkpoint-40").mkdir()                      # HF, still being written
+    (tmp_path / "tmp-checkpoint-60").mkdir()                  # HF >= 4.36, not renamed yet
+    (tmp_path / "step-80").mkdir()                            # a recipe's, no metadata yet
+    (tmp_path / "last.ckpt").write_text("x")                  # Lightning's copy: no step
+    assert newest_in_any_layout(str(tmp_path)) == -1
+    (tmp_path / "checkpoint-40" / "trainer_state.json").write_text("{}")
+    assert newest_in_any_layout(str(tmp_path)) == 40
+    (tmp_path / "epoch=1-step=70.ckpt").write_text("x")
+    assert newest_in_any_layout(str(tmp_path)) == 70
+    (tmp_path / "step-80" / ".metadata").write_text("")
+    assert newest_in_any_layout(str(tmp_path)) == 80
+    (tmp_path / "step=90.ckpt").mkdir()                       # a folder is no Lightning file
+    assert newest_in_any_layout(str(tmp_path)) == 80
+
+
+def test_a_scripts_checkpoints_are_watched_only_where_the_user_named_the_folder(
+        tmp_path, monkeypatch):
+    """A script run with --checkpoint-dir: node 0 reads that folder (a node that came back
+    is seated at the next checkpoint); without it meshrun does not know where the script
+    saves, and seats such a node at once (None)."""
+    import time
+
+    from meshrun.harness import clean_env
+    from meshrun.plan.model import Command
+    from meshrun.runtime.planning import job_input, plan_here
+    from meshrun.runtime.supervise import _newest_checkpoint
+    from meshrun.topology import Flags
+
+    monkeypatch.delenv("MESHRUN_CHECKPOINT_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)
+    script = tmp_path / "train.py"
+    script.write_text("")
+    (tmp_path / "out" / "checkpoint-30").mkdir(parents=True)
+    (tmp_path / "out" / "checkpoint-30" / "trainer_state.json").write_text("{}")
+
+    def newest(**given):
+        job, cmd = job_input(Command(str(script)), **given)
+        read = _newest_checkpoint(plan_here(clean_env(), Flags(), cmd, job))
+        first = read()
+        deadline = time.monotonic() + 10
+        while read() == -2 and time.monotonic() < deadline:   # listed on its own thread
+            time.sleep(0.05)
+        return first, read()
+
+    assert newest(checkpoint_dir="out") == (-2, 30)           # not read yet, then step 30
+    assert newest(sets=["train.steps=5"]) == (None, None)     # no folder named: at once
+    assert newest() == (None, None)

@@ -323,27 +323,32 @@ def _status_scalars(board: list[Any], log_dir: str, figures: dict) -> None:
 
 
 def _newest_checkpoint(plan: LaunchPlan) -> Callable[[], int | None]:
-    """For a shrunk job's admission and the status line (node 0): the step of the recipe's
+    """For a shrunk job's admission and the status line (node 0): the step of the job's
     newest complete checkpoint (-1: none yet; ``UNKNOWN_CHECKPOINT``: not read yet), or None
-    where the job is no recipe's. The folder (often a shared file system) is listed on a
-    thread of its own every 2 s, never on the watchdog's beat: a stalled folder holds that
-    thread only, and a failed listing keeps the value before it."""
+    where meshrun does not know where the checkpoints go (a script run without
+    ``--checkpoint-dir``: a node that comes back is seated at once). The folder: a recipe's
+    ``checkpoint.dir``, or the one ``--checkpoint-dir`` / ``MESHRUN_CHECKPOINT_DIR`` names for
+    a script (its HF Trainer or Lightning checkpoints: :func:`meshrun.worker.checkpoint.
+    newest_in_any_layout`). It is listed on a thread of its own every 2 s, never on the
+    watchdog's beat: a stalled folder (a shared file system) holds that thread only, and a
+    failed listing keeps the value before it."""
     from .watchdog import UNKNOWN_CHECKPOINT
 
     job = plan.job
+    named = job is not None and (job.recipe or not job.source.get("checkpoint.dir", "default")
+                                 .startswith("default"))   # a script's: only when given
     directory = os.environ.get("MESHRUN_CHECKPOINT_DIR") or (
-        job.checkpoint.dir if job is not None and job.recipe else "")
+        job.checkpoint.dir if named else "")
     if not directory:
         return lambda: None
     newest = [UNKNOWN_CHECKPOINT]
 
     def watch() -> None:
-        from ..worker.checkpoint import listing, newest_complete, parse_listing
+        from ..worker.checkpoint import newest_in_any_layout
 
         while True:
             try:
-                found = newest_complete(parse_listing(listing(directory)))
-                newest[0] = found.step if found is not None else -1
+                newest[0] = newest_in_any_layout(directory)
             except OSError:
                 pass
             time.sleep(2.0)

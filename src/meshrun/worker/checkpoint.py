@@ -149,6 +149,42 @@ def listing(directory: str) -> list[tuple[str, bool]]:
             for e in entries if e.is_dir()]
 
 
+_HF_DIR = re.compile(r"^checkpoint-(\d+)$")           # HF Trainer: output_dir/checkpoint-N/
+_HF_COMPLETE = "trainer_state.json"                    # written once the model and optimizer are
+_LIGHTNING_FILE = re.compile(r"(?:^|[-_])step=(\d+)\b[^/]*\.ckpt$")  # epoch=E-step=S.ckpt
+
+
+def newest_in_any_layout(directory: str) -> int:
+    """Node 0's view of a job's checkpoints, for a shrunk job's admission (a node that came
+    back is seated once a newer checkpoint is complete): the step of the newest complete
+    checkpoint in ``directory`` in any layout meshrun knows, -1 when there is none.
+
+    - meshrun's recipes: ``step-N/`` with its ``.metadata``;
+    - an HF Trainer script (``output_dir``): ``checkpoint-N/`` holding ``trainer_state.json``
+      (written after the model, the optimizer and the scheduler; transformers >= 4.36 also
+      writes the folder as ``tmp-checkpoint-N`` and renames it when it is whole);
+    - a Lightning script (``ModelCheckpoint(dirpath=...)``, its default file names):
+      ``...step=N....ckpt`` files (Lightning writes each in one piece).
+
+    Raises OSError for a folder that cannot be listed (not for a missing one)."""
+    try:
+        entries = list(os.scandir(directory))
+    except FileNotFoundError:
+        return -1
+    steps = [-1]
+    for e in entries:
+        name = e.name
+        if e.is_dir():
+            mine, hf = _STEP_DIR.match(name), _HF_DIR.match(name)
+            if mine and os.path.exists(os.path.join(e.path, METADATA)):
+                steps.append(int(mine.group(1)))
+            elif hf and os.path.exists(os.path.join(e.path, _HF_COMPLETE)):
+                steps.append(int(hf.group(1)))
+        elif (lit := _LIGHTNING_FILE.search(name)) and e.is_file():
+            steps.append(int(lit.group(1)))
+    return max(steps)
+
+
 # --- effects (torch imported lazily) ------------------------------------------------------
 
 def _rank0_decides(value: Any) -> Any:
