@@ -47,8 +47,11 @@ groups use a store of their own per round (hosted by node 0's agent, published u
 
 from __future__ import annotations
 
+import functools
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 PREFIX = "meshrun/"
 
@@ -145,6 +148,25 @@ def text(raw: bytes | str) -> str:
     return raw.decode(errors="replace") if isinstance(raw, bytes) else raw
 
 
+def _decoder(what: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A payload's ``decode``: whatever a value that is not one makes it raise (a stranger's
+    write into the store, a value cut short) becomes one ValueError naming the value, which
+    its reader reports ("which is no meshrun value"); never another exception that would
+    take a watchdog's beat down (tests/unit/test_protocol_fuzz.py)."""
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def decode(cls: Any, raw: bytes | str) -> Any:
+            try:
+                return fn(cls, raw)
+            except ValueError:
+                raise
+            except (KeyError, TypeError, AttributeError, IndexError, OverflowError,
+                    RecursionError) as exc:
+                raise ValueError(f"not a {what}: {text(raw)[:80]!r}") from exc
+        return decode
+    return wrap
+
+
 @dataclass(frozen=True)
 class Cause:
     """A job's first cause (:func:`cause_key`): which rank on which node failed, how
@@ -191,6 +213,7 @@ class NodeClaim:
         return f"{self.host} pid {self.pid} {self.token}"
 
     @classmethod
+    @_decoder("node claim")
     def decode(cls, raw: bytes | str) -> NodeClaim:
         host, _, rest = text(raw).partition(" pid ")
         pid, _, token = rest.partition(" ")
@@ -248,6 +271,7 @@ class Progress:
                 f"{self.coll} {self.work:.6f} {self.active}")
 
     @classmethod
+    @_decoder("progress value")
     def decode(cls, raw: bytes | str) -> Progress:
         parts = text(raw).split()
         if not parts:
@@ -294,6 +318,7 @@ class Probe:
                            "restarts_left": self.restarts_left})
 
     @classmethod
+    @_decoder("hang probe answer")
     def decode(cls, raw: bytes | str) -> Probe:
         data = json.loads(text(raw))
         return cls(tuple((int(r), str(why)) for r, why in data["stuck"]),
@@ -314,6 +339,7 @@ class HangVerdict:
                            "restart": self.restart})
 
     @classmethod
+    @_decoder("hang verdict")
     def decode(cls, raw: bytes | str) -> HangVerdict:
         data = json.loads(text(raw))
         return cls(data["line"], tuple((int(r), int(n), str(h)) for r, n, h in data["stuck"]),
@@ -333,6 +359,7 @@ class Heartbeat:
         return f"{self.beat} {self.goodbye}".rstrip()
 
     @classmethod
+    @_decoder("heartbeat")
     def decode(cls, raw: bytes | str) -> Heartbeat:
         beat, _, goodbye = text(raw).partition(" ")
         return cls(int(beat), goodbye.strip())
@@ -373,6 +400,7 @@ class Watch:
                            "notices": list(self.notices), "members": self.members})
 
     @classmethod
+    @_decoder("watch")
     def decode(cls, raw: bytes | str) -> Watch:
         data = json.loads(text(raw))
         verdict = data.get("verdict")
