@@ -3,7 +3,16 @@ nodes, and the decisions on a lost or returning node. Pure."""
 
 import pytest
 
-from meshrun.runtime.membership import Change, Membership, after_loss, after_return
+from meshrun.runtime.membership import (
+    UNKNOWN_CHECKPOINT,
+    Adoption,
+    Change,
+    Membership,
+    admit_at,
+    adoption,
+    after_loss,
+    after_return,
+)
 
 
 def test_the_highest_node_ranks_start_as_spares_and_seats_follow_node_order():
@@ -112,3 +121,30 @@ def test_a_rank_of_the_larger_world_has_no_node_once_the_job_shrank():
     m, _ = after_loss(Membership.initial(3), 1, next_round=1, min_seats=2)
     assert m.seats == (0, 2)
     assert [m.node_of_rank(r, 1) for r in range(3)] == [0, 2, -1]
+
+
+def test_a_node_back_in_a_shrunk_job_is_admitted_only_past_the_checkpoint_of_its_return():
+    assert admit_at(None, None) == (True, None)           # no recipe: at once
+    assert admit_at(UNKNOWN_CHECKPOINT, None) == (False, None)   # the folder not read yet
+    assert admit_at(UNKNOWN_CHECKPOINT, 20) == (False, 20)
+    assert admit_at(20, None) == (False, 20)              # the boundary noted: 20
+    assert admit_at(20, 20) == (False, 20)
+    assert admit_at(30, 20) == (True, None)               # a newer complete checkpoint
+    assert admit_at(-1, None) == (False, -1) and admit_at(10, -1) == (True, None)
+
+
+def test_another_node_restarts_for_an_epoch_that_seats_it_and_stops_when_replaced():
+    old = Membership.initial(4, 1)                        # seats 0-2, spare 3
+    took, _ = after_loss(old, 1, next_round=2)            # spare 3 takes node 1's seat
+    assert adoption(old, old, 2) == Adoption.SAME
+    assert adoption(old, took, 2) == Adoption.RESTART     # still seated, a new epoch
+    assert adoption(old, took, 3) == Adoption.RESTART     # the spare, seated now
+    assert adoption(old, took, 1) == Adoption.REPLACED    # it was lost (frozen) meanwhile
+    lost_spare, _ = after_loss(old, 3, next_round=2)      # no new epoch
+    assert adoption(old, lost_spare, 2) == Adoption.KEEP
+    assert adoption(took, after_return(took, 1), 2) == Adoption.KEEP   # a spare more
+    assert adoption(took, took, 1) == Adoption.SAME       # already listed as lost
+
+
+def test_only_a_change_of_seats_restarts_the_workers():
+    assert {c for c in Change if c.restarts} == {Change.TAKEOVER, Change.SHRINK, Change.GROW}

@@ -177,7 +177,7 @@ def test_like_work_shares_name_nobody():
 
 
 def test_a_hang_check_counts_a_moved_position_not_a_new_report():
-    from meshrun.runtime.watchdog import _position
+    from meshrun.runtime.judges import position as _position
 
     waiting = protocol.Progress(-1, 1.0, coll=7, work=0.0).encode()
     later = protocol.Progress(-1, 6.0, coll=7, work=0.0).encode()   # refreshed, not moved

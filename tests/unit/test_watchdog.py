@@ -203,23 +203,21 @@ def _wait(predicate, seconds: float) -> bool:
 
 def test_watchdog_connects_again_when_its_first_try_failed(monkeypatch):
     from meshrun import protocol
-    from meshrun.runtime.watchdog import Watchdog
 
     clock = Clock()
     master, (dog0, dog1), events = _job(clock=clock)
-    real, tries = Watchdog._connect, []
+    real, tries = dog1._conn.connect, []
 
-    def flaky(self, first=False):
-        if self.node_rank == 1:
-            tries.append(1)
-            if len(tries) == 1:
-                return None
-        return real(self, first)
+    def flaky(first=False):                    # node 1's connection only
+        tries.append(1)
+        if len(tries) == 1:
+            return None
+        return real(first)
 
-    monkeypatch.setattr(Watchdog, "_connect", flaky)
+    monkeypatch.setattr(dog1._conn, "connect", flaky)
     dog0.begin()
     dog1.begin()
-    assert dog1._store is None                 # the first try failed
+    assert dog1._conn.store is None            # the first try failed
     beat = lambda: protocol.Heartbeat.decode(master.get(protocol.heartbeat_key(1))).beat  # noqa: E731
     _beats([dog0, dog1], clock, 1.0)
     # it connected again (on its next beat; a loaded machine may need a try more) and beat
@@ -297,14 +295,14 @@ def test_a_node_that_never_beat_gets_its_first_connection_time_first():
     """A watchdog's first connection may take seconds on a loaded host (32 agents on 2
     cores took over 10): a node still at the join's beat 0 is not lost after the node
     timeout alone (32 simulated nodes: false alarms), only 10 s later."""
-    from meshrun.runtime.watchdog import _FIRST_CONNECT_S
+    from meshrun.runtime.connection import FIRST_CONNECT_S
 
     clock = Clock()
     master, dogs, events = _job(3, clock=clock, node_timeout=1.0)
     dogs[0].begin()
     dogs[1].begin()                            # node 2 has not connected yet
     spent = _beats(dogs[:2], clock, 30.0, until=lambda: bool(events[0]))
-    assert 1.0 + _FIRST_CONNECT_S <= spent <= 1.0 + _FIRST_CONNECT_S + 0.4, spent
+    assert 1.0 + FIRST_CONNECT_S <= spent <= 1.0 + FIRST_CONNECT_S + 0.4, spent
     assert [(e.kind, e.node) for e in events[0]] == [("node-lost", 2)]
     dogs[1].stop("stopped")
     dogs[0].stop("stopped")
@@ -813,7 +811,7 @@ def test_a_watch_key_holding_no_watch_is_no_sign_of_life_and_is_named():
     _beats([dog1], clock, 0.4)
     master.set(protocol.WATCH, protocol.Watch(7).encode())   # node 0 writes over it
     _beats([dog1], clock, 0.4)
-    assert not events[1] and dog1._store is not None         # no alarm, no broken connection
+    assert not events[1] and dog1._conn.store is not None    # no alarm, no broken connection
     master.set(protocol.WATCH, b"garbage")                    # node 0 silent from now on
     spent = _beats([dog1], clock, 5.0, until=lambda: bool(events[1]))
     assert 0.6 <= spent <= 1.2, spent

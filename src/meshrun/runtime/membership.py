@@ -5,7 +5,8 @@ The plan says how many nodes the platform starts and how many of them are hot sp
 which platform node holds which **seat** (group rank: seat s runs global ranks
 ``s*nproc .. s*nproc+nproc-1``), which nodes wait as spares and which were lost. Node 0's
 watchdog is its only writer (:mod:`meshrun.runtime.watchdog`: it decides on a lost or
-returning node with :func:`after_loss` / :func:`after_return`, and publishes the result in
+returning node with :func:`after_loss` / :func:`after_return`, through the judges of
+:mod:`meshrun.runtime.judges`, and publishes the result, :mod:`meshrun.runtime.seats`, in
 its watch every beat); the rendezvous (:mod:`meshrun.runtime.rendezvous`: a node's group rank
 and the world of a round), the watchdog's judges (whose goodbye counts, which node a rank is
 on), the straggler check and the worker environment read it.
@@ -13,9 +14,12 @@ on), the straggler check and the worker environment read it.
 An **epoch** is one set of seats: it starts at 0 and grows by one each time a spare takes a
 lost node's seat, the job shrinks by a lost node's seat (:attr:`Change.SHRINK`, with
 ``--nnodes MIN:MAX``'s minimum: docs/elastic.md), or
-a returned node is admitted into a new seat (:func:`after_admit`). ``round`` is the first rendezvous round of the epoch: every seated node
-restarts its workers into it (from the newest complete checkpoint: the world, the ranks and
-the batch are those of the epoch before, so the numerics are too).
+a returned node is admitted into a new seat (:func:`after_admit`, at a checkpoint
+boundary: :func:`admit_at`). ``round`` is the first rendezvous round of the epoch: every
+seated node restarts its workers into it (from the newest complete checkpoint: the world,
+the ranks and the batch are those of the epoch before, so the numerics are too). Every
+other node adopts node 0's membership from its watch (:func:`adoption`: restart into the
+new epoch, or stop when it finds itself replaced).
 
 Node 0 hosts the job's store: its seat is never given away (its loss stays fatal).
 
@@ -33,16 +37,26 @@ from dataclasses import dataclass, replace
 from enum import Enum
 
 KEEP_OUT = 3  # losses after which a node that comes back is kept out
+UNKNOWN_CHECKPOINT = -2  # the newest checkpoint's step when the folder was not read (yet)
 
 
 class Change(str, Enum):
-    """What a lost node means for the job (:func:`after_loss`)."""
+    """What a membership change is: a lost node (:func:`after_loss`), a returning one
+    (:func:`after_return`) or an admitted one (:func:`after_admit`)."""
 
     KNOWN = "known"          # already counted as lost
     SPARE_LOST = "spare-lost"  # a spare: reported, nothing restarts
     TAKEOVER = "takeover"    # a spare takes the lost node's seat; every seat restarts
     SHRINK = "shrink"        # no spare, more seats than the minimum: one seat fewer
     FATAL = "fatal"          # no spare left (at the minimum), or node 0: the job stops
+    RETURNED = "node-returned"  # a lost node came back: it waits as a spare
+    KEPT_OUT = "node-kept-out"  # it came back once too often: it waits for the job's end
+    GROW = "grow"            # a shrunk job seats a spare in a new last seat; every seat restarts
+
+    @property
+    def restarts(self) -> bool:
+        """Every seated node restarts its workers into the new epoch."""
+        return self in (Change.TAKEOVER, Change.SHRINK, Change.GROW)
 
 
 @dataclass(frozen=True)
@@ -118,14 +132,22 @@ class Membership:
 
     @classmethod
     def from_json(cls, data: dict) -> Membership:
+        """Raises ValueError for anything that is not one (a stranger's value in the store:
+        tests/unit/test_protocol_fuzz.py)."""
+        if not isinstance(data, dict):
+            raise ValueError(f"not a membership: {str(data)[:80]!r}")
         ints = lambda key: tuple(int(n) for n in data.get(key, ()))  # noqa: E731
-        seats = ints("seats")
+        try:
+            seats = ints("seats")
+            strikes = tuple((int(n), int(k)) for n, k in data.get("strikes", ()))
+            found = cls(int(data.get("epoch", 0)), seats, ints("spares"), ints("lost"),
+                        int(data.get("round", 0)), str(data.get("reason", "")), strikes,
+                        ints("kept_out"))
+        except (TypeError, KeyError, AttributeError, OverflowError) as exc:
+            raise ValueError(f"not a membership: {str(data)[:80]!r}") from exc
         if not seats:
             raise ValueError("a membership without seats")
-        strikes = tuple((int(n), int(k)) for n, k in data.get("strikes", ()))
-        return cls(int(data.get("epoch", 0)), seats, ints("spares"), ints("lost"),
-                   int(data.get("round", 0)), str(data.get("reason", "")), strikes,
-                   ints("kept_out"))
+        return found
 
     def encode(self) -> str:
         return json.dumps(self.to_json())
@@ -194,3 +216,43 @@ def after_admit(m: Membership, max_seats: int, *, next_round: int) -> Membership
     return replace(m, epoch=m.epoch + 1, seats=seats, spares=rest, round=next_round,
                    reason=f"node {node} is back; the job grows to {len(seats)} nodes at a "
                           "checkpoint boundary")
+
+
+def admit_at(step: int | None, boundary: int | None) -> tuple[bool, int | None]:
+    """Pure: whether a shrunk job seats a node that came back now, and the checkpoint
+    boundary to keep.
+
+    ``step``: the newest complete checkpoint's step (None: not a recipe's job, which resumes
+    from its own newest checkpoint: at once; :data:`UNKNOWN_CHECKPOINT`: not read yet:
+    wait); ``boundary``: the step that was newest when the node came back (None: not noted
+    yet: this step becomes it). Admitted once a newer checkpoint is complete (the steps
+    trained since it, in the beat before the restart, are trained again)."""
+    if step is None:
+        return True, None
+    if step == UNKNOWN_CHECKPOINT:
+        return False, boundary
+    if boundary is None:
+        return False, step
+    if step <= boundary:
+        return False, boundary
+    return True, None
+
+
+class Adoption(str, Enum):
+    """What node 0's membership means for another node (:func:`adoption`)."""
+
+    SAME = "same"            # nothing new
+    KEEP = "keep"            # new, but this node's workers go on (a spare more or fewer)
+    RESTART = "restart"      # a new epoch seats this node: its workers restart into it
+    REPLACED = "replaced"    # this node is newly listed as lost: its seat was given away
+
+
+def adoption(old: Membership, new: Membership, node: int) -> Adoption:
+    """Pure: what ``node``, holding ``old``, does on reading ``new`` in node 0's watch."""
+    if new == old:
+        return Adoption.SAME
+    if node in new.lost and node not in old.lost:
+        return Adoption.REPLACED
+    if new.epoch > old.epoch and new.seated(node):
+        return Adoption.RESTART
+    return Adoption.KEEP
