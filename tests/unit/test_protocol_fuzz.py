@@ -19,9 +19,22 @@ from hypothesis import strategies as st
 from meshrun import protocol
 from meshrun.runtime import links
 from meshrun.runtime.events import Goodbye
+from meshrun.runtime.membership import Membership
+from meshrun.runtime.preflight import Verdict
+
+
+class _VerdictValue:
+    """The preflight verdict as node 0 writes it (JSON) and every other node reads it."""
+
+    @staticmethod
+    def decode(raw):
+        import json
+
+        return Verdict.from_json(json.loads(protocol.text(raw)))
 
 DECODERS = [protocol.Cause, protocol.NodeClaim, protocol.Progress, protocol.Endpoint,
-            protocol.Probe, protocol.HangVerdict, protocol.Heartbeat, protocol.Watch]
+            protocol.Probe, protocol.HangVerdict, protocol.Heartbeat, protocol.Watch,
+            Membership, _VerdictValue]
 VALID = [
     protocol.Progress(120, 1764000000.25, 0.5, 0.25, 10),
     protocol.Endpoint("fd00::1", 29400),
@@ -112,3 +125,22 @@ def test_after_the_fuzz_the_real_link_still_reports_its_goodbye(hub):
         time.sleep(0.02)
     assert hub.said().get(2) == "d"
     sock.close()
+
+
+def test_a_foreign_value_met_while_joining_or_comparing_is_one_line_not_a_traceback():
+    """The preflight verdict (or any value the decoders refuse) read during the start-up
+    steps: one StartupError naming the step and that something else writes to the store."""
+    from meshrun.errors import StartupError
+    from meshrun.harness import clean_env
+    from meshrun.runtime.planning import plan_here
+    from meshrun.runtime.store import store_errors
+    from meshrun.topology import Flags
+
+    plan = plan_here(clean_env(), Flags(nnodes="2", node_rank="1", master_addr="127.0.0.1",
+                                        master_port="29400"))
+    with pytest.raises(StartupError) as raised:
+        with store_errors(plan, 29400, "comparing the nodes (preflight)"):
+            _VerdictValue.decode(b'{"differences": 3}')
+    line = raised.value.line()
+    assert "[store-foreign-value]" in line and "while comparing the nodes" in line
+    assert "no meshrun value" in line and "not a preflight verdict" in line

@@ -297,8 +297,12 @@ class Verdict:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Verdict:
-        return cls(tuple(Difference(**d) for d in data["differences"]),
-                   tuple(data["warnings"]), {int(k): v for k, v in data["hosts"].items()})
+        """Raises ValueError for anything that is not one (a stranger's value in the store)."""
+        try:
+            return cls(tuple(Difference(**d) for d in data["differences"]),
+                       tuple(data["warnings"]), {int(k): v for k, v in data["hosts"].items()})
+        except (TypeError, KeyError, AttributeError, OverflowError) as exc:
+            raise ValueError(f"not a preflight verdict: {str(data)[:80]!r}") from exc
 
 
 def compare(prints: Mapping[int, Mapping[str, Any]],

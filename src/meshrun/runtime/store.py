@@ -287,6 +287,13 @@ def store_errors(plan: LaunchPlan, port: int | None, step: str) -> Iterator[None
             hint="node 0 stopped or cannot be reached: its own output says why (a join "
                  "timeout, a preflight mismatch, a crash); start it again, then this node"
         ) from None
+    except ValueError as exc:   # a value the protocol's decoders refused: someone else's
+        raise StartupError(
+            f"the job's store held a value that is no meshrun value while {step} "
+            f"({_first_line(exc)}): something else writes to this job's store",
+            code="store-foreign-value", subject="--master-port",
+            hint="keep node 0's ports on a trusted network (docs/security.md), give the job a "
+                 "--master-port no other job uses, and rerun") from None
 
 
 def _first_line(exc: BaseException) -> str:
