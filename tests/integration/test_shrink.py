@@ -56,10 +56,12 @@ def test_a_lost_node_shrinks_the_job_and_when_it_returns_the_job_grows_back(tmp_
         out0 = nodes.output(0)
         grown = [ln for ln in out0.splitlines() if "is back: the job grows to 3 nodes" in ln]
         boundary = int(grown[0].split("from the newest checkpoint (step ")[1].split()[0])
-        deadline = time.monotonic() + 120     # the world of 3's first step, and two more
+        # the world of 3's first step and two more, and a status line with a rate (two
+        # lines 3 s apart while steps went on: a short run may restart between them)
+        deadline = time.monotonic() + 120
         while not ((starts := [r for r in _records(tmp_path, "sh") if r.get("first_step")])
                    and len(starts) == 3 and _records(tmp_path, "sh")[-1]["step"]
-                   >= starts[-1]["step"] + 2):
+                   >= starts[-1]["step"] + 2 and " steps/s, ETA " in nodes.output(0)):
             assert time.monotonic() < deadline and all(p.poll() is None for p in nodes.procs), \
                 nodes.outputs()[-4000:]
             time.sleep(0.05)
