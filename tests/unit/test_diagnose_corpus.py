@@ -26,11 +26,11 @@ CASES = cases()
 HELDOUT = heldout()
 # docs/diagnose.md#how-good-is-it, 2026-11-27: development 128 of 144, held-out 27 of 30
 # (15 of 30, 4 wrong, when it was measured blind; then it was read and mended)
-RIGHT_AT_LEAST = {"development": 0.88, "held-out": 0.86}
+RIGHT_AT_LEAST = {"development": 0.88, "held-out": 0.9}
 
 
 def test_the_corpus_is_big_enough_and_its_headers_are_sound():
-    assert len(CASES) + len(HELDOUT) >= 120 and len(HELDOUT) >= 25
+    assert len(CASES) + len(HELDOUT) >= 120 and len(HELDOUT) >= 20
     known = set(diagnose.codes())
     for case in CASES + HELDOUT:
         assert re.match(r"^https://github\.com/[\w.-]+/[\w.-]+/(issues|pull)/\d+$", case.source), \

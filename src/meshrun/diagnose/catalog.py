@@ -155,7 +155,9 @@ CATALOG: tuple[Signature, ...] = (
          suppresses=("python-module-missing",), also=("deepspeed-outside-launcher",)),
     sig("deepspeed-no-cuda-compiler", "DeepSpeed cannot compile its CUDA ops",
          [r"CUDA_HOME does not exist, unable to compile CUDA op\(s\)",
-          r"MissingCUDAException"],
+          r"MissingCUDAException",
+          # the JIT build (or pip's build of deepspeed) runs nvcc, which is not there
+          r"No such file or directory: '(?P<nvcc>[^']*/bin/nvcc)'"],
          "DeepSpeed builds its CUDA ops (fused Adam, ...) on first use and found no CUDA "
          "toolkit (nvcc, CUDA_HOME): a runtime-only image or a CPU machine",
          "use an image with the CUDA toolkit (a -devel CUDA image) and CUDA_HOME set, or "
@@ -265,6 +267,35 @@ CATALOG: tuple[Signature, ...] = (
          "`'tmp-checkpoint-N' -> 'checkpoint-N'`)",
          confirm=r"shutil\.rmtree|in rmtree|os\.rmdir|os\.rename|os\.replace|shutil\.move|"
                  r"' -> '"),
+    sig("checkpoint-is-lfs-pointer", "the checkpoint is a Git LFS pointer",
+         [r"UnpicklingError: invalid load key, 'v'"],
+         "the checkpoint file is a Git LFS pointer (a small text file that begins 'version "
+         "https://git-lfs...'), not the weights: the repository was cloned or copied without "
+         "git-lfs, so torch.load reads the pointer's first byte 'v'",
+         "fetch the real file: git lfs install && git lfs pull in the repository (or download "
+         "the checkpoint from where the project publishes it); head -c 100 FILE shows a "
+         "pointer",
+         FAULT, "`_pickle.UnpicklingError: invalid load key, 'v'.`"),
+    sig("device-map-auto-with-ddp", "device_map='auto' in a multi-process job",
+         [r"You can't train a model that has been loaded with `device_map='auto'` in any "
+          r"distributed mode"],
+         "the model was loaded with device_map='auto' (spread over every GPU the process sees, "
+         "for one process), and this job runs one process per GPU",
+         "load it on the rank's own GPU when training with several processes: "
+         "device_map={'': int(os.environ['LOCAL_RANK'])} (or no device_map, then .to(device)); "
+         "keep device_map='auto' for a single process",
+         SETUP, "accelerate's `You can't train a model that has been loaded with "
+         "`device_map='auto'` in any distributed mode`"),
+    sig("library-too-old-for-torch", "a package made for another torch",
+         [r"No module named '(?P<mod>torch\._six|torch\._?[\w.]+)'"],
+         lambda h: (f"a package imports {h.group('mod')}, which this torch does not have: the "
+                    "package was made for an older torch (torch._six went in torch 2.0; other "
+                    "internal modules move between releases), or for a newer one"),
+         "upgrade the package that imports it (its file is the frame above the error: "
+         "pip install -U PACKAGE) to a release made for this torch, or install the torch it "
+         "was made for",
+         SETUP, "`No module named 'torch._six'` (any `torch.` module missing)",
+         suppresses=("python-module-missing",)),
     sig("torch-load-weights-only", "torch.load refuses a pickled object",
          [r"Weights only load failed", r"WeightsUnpickler error: Unsupported global"],
          "since torch 2.6 torch.load defaults to weights_only=True, which refuses any pickled "
@@ -352,7 +383,9 @@ CATALOG: tuple[Signature, ...] = (
          suppresses=("nccl-unhandled-cuda-error", "cuda-illegal-memory-access")),
     sig("cuda-toolkit-mismatch", "CUDA toolkit differs from torch's",
          [(r"Installed CUDA version (?P<sys>\S+) does not match the version torch was compiled "
-           r"with (?P<torch>[\d.]+)")],
+           r"with (?P<torch>[\d.]+)"),
+          (r"The detected CUDA version \((?P<sys>[\d.]+)\) mismatches the version that was "
+           r"used to compile")],
          toolkit_cause,
          "install the CUDA toolkit of torch's version and point CUDA_HOME at it (nvcc --version "
          "must agree with torch.version.cuda), or use prebuilt ops/wheels (DeepSpeed: "
@@ -880,6 +913,7 @@ CATALOG: tuple[Signature, ...] = (
          suppresses=("nccl-remote-error",)),
     sig("gloo-connect-failed", "Gloo could not connect",
          [r"Gloo connectFullMesh failed with (?P<detail>.+)",
+          r"Gloo connectFullMesh failed\b",
           r"gloo/transport/tcp/\w+\.cc:\d+\] Connect timeout",
           r"gloo/transport/tcp/\w+\.cc:\d+\].*Connection refused"],
          "the ranks could not open Gloo connections to each other: Gloo picked an interface the "

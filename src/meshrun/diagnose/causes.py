@@ -299,8 +299,10 @@ def arch_cause(hit: Hit) -> str:
 
 
 def toolkit_cause(hit: Hit) -> str:
+    torch = hit.group("torch") or re.search(r"PyTorch \(([\d.]+)\)", hit.text)
+    torch = torch if isinstance(torch, str) or torch is None else torch.group(1)
     return (f"the CUDA toolkit on this node ({hit.group('sys')}) is not the one torch was built "
-            f"with ({hit.group('torch')}): extensions compiled here (DeepSpeed's ops, apex, "
+            f"with ({torch or 'another version'}): extensions compiled here (DeepSpeed's ops, apex, "
             "flash-attn) fail to build or load")
 
 
