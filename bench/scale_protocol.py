@@ -78,6 +78,9 @@ from pathlib import Path
 from typing import Any
 
 from meshrun.harness import free_port
+from meshrun.runtime.supervision import Supervision
+
+_MESHRUN = Supervision()   # the supervision flags' defaults, declared once
 
 TRAIN = "print('training')\n"
 
@@ -584,8 +587,10 @@ def _ops_by_name(windows: dict, spans: dict) -> dict[str, float]:
     return {name: round(rate, 1) for name, rate in sorted(out.items())}
 
 
-def measure(nodes: int, *, procs: int = 4, window: float = 20.0, node_timeout: float = 15.0,
-            hang_timeout: float = 300.0, interval: float = 1.0, join_timeout: int = 300,
+def measure(nodes: int, *, procs: int = 4, window: float = 20.0,
+            node_timeout: float = _MESHRUN.node_timeout,
+            hang_timeout: float = _MESHRUN.hang_timeout, interval: float = _MESHRUN.beat,
+            join_timeout: int = 300,
             cap: float = 10.0, verbose: bool = False) -> dict:
     """Run the benchmark once for ``nodes`` nodes; the row of the report."""
     if nodes < 3:
@@ -658,11 +663,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="member processes for nodes 1..N-2 (default 4)")
     parser.add_argument("--window", type=float, default=20.0,
                         help="steady supervision window before the SIGSTOP, s (default 20)")
-    parser.add_argument("--node-timeout", type=float, default=15.0,
-                        help="meshrun's --node-timeout (default 15, meshrun's own)")
-    parser.add_argument("--hang-timeout", type=float, default=300.0,
-                        help="meshrun's --hang-timeout (default 300, meshrun's own; 0: off)")
-    parser.add_argument("--interval", type=float, default=1.0, help="heartbeat period, s")
+    parser.add_argument("--node-timeout", type=float, default=_MESHRUN.node_timeout,
+                        help="meshrun's --node-timeout (default: meshrun's own, "
+                             f"{_MESHRUN.node_timeout:g})")
+    parser.add_argument("--hang-timeout", type=float, default=_MESHRUN.hang_timeout,
+                        help="meshrun's --hang-timeout (default: meshrun's own, "
+                             f"{_MESHRUN.hang_timeout:g}; 0: off)")
+    parser.add_argument("--interval", type=float, default=_MESHRUN.beat,
+                        help=f"heartbeat period, s (default: meshrun's beat, {_MESHRUN.beat:g})")
     parser.add_argument("--join-timeout", type=int, default=300)
     parser.add_argument("--cap", type=float, default=10.0,
                         help="wait at most node timeout + this for the victim to be named")
