@@ -145,3 +145,13 @@ def test_on_a_terminal_the_status_line_is_rewritten_in_place_below_the_others(tm
     # the node log keeps every status line as a plain line
     logged = (tmp_path / "node0.log").read_text()
     assert logged.count("meshrun: status: ") == 2 and "\x1b" not in logged
+
+
+def test_a_timeline_file_that_cannot_be_written_costs_the_records_not_the_node_log(tmp_path):
+    router = LogRouter(str(tmp_path), 0, (0,))
+    (tmp_path / "events.node0.jsonl").mkdir()          # not a file: every open fails
+    router.route("meshrun 0.1.0", at=1.0)
+    router.route("meshrun: all 2 nodes joined", at=2.0)
+    router.close()
+    assert router.lost is None and (tmp_path / "events.node0.jsonl").is_dir()
+    assert (tmp_path / "node0.log").read_text().count("meshrun") == 2

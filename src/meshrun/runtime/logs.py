@@ -309,7 +309,7 @@ class LogRouter:
         self._saved: tuple[Any, Any] | None = None
         self.lost: str | None = None          # why the log folder cannot be written, once
         self._tail: WorkerTail | None = None  # the workers' redirect files (see WorkerTail)
-        self._events: TextIO | None = None    # opened at the first timeline event
+        self._events: TextIO | None | bool = None  # opened at the first event; False: failed
         self._last_own: tuple[float, str, bool] | None = None  # (time, line, an event)
         self._sticky: tuple[TextIO, str] | None = None  # the status line a terminal shows
 
@@ -385,7 +385,8 @@ class LogRouter:
 
     def _timeline(self, line: str, at: float) -> None:
         """The node's first line is its ``start``, an event line its kind; the last line
-        is kept for its ``end`` (:meth:`close`). Raises OSError as the node log does."""
+        is kept for its ``end`` (:meth:`close`). The records are a copy of the node log's
+        lines: a file that cannot be written loses them, never the node log."""
         kind = timeline.kind_of(line)
         records = []
         if self._last_own is None:
@@ -393,10 +394,13 @@ class LogRouter:
         if kind is not None:
             records.append(timeline.record(kind, self.node_rank, at, line))
         self._last_own = (at, line, kind is not None)
-        if records:
-            if self._events is None:
-                self._events = open(self.events_path, "a", encoding="utf-8", buffering=1)
-            self._events.write("\n".join(records) + "\n")
+        if records and self._events is not False:
+            try:
+                if self._events is None:
+                    self._events = open(self.events_path, "a", encoding="utf-8", buffering=1)
+                self._events.write("\n".join(records) + "\n")
+            except OSError:
+                self._events = False     # no more tries: the node log says it all
 
     def tail(self, path: str, rank: int, stream: str) -> None:
         """Pass on a worker's redirect file as it grows (its lines reach the console and
@@ -472,7 +476,7 @@ class LogRouter:
                 sys.stdout, sys.stderr = self._saved
                 self._saved = None
             last = self._last_own
-            if last is not None and not last[2] and self._events is not None \
+            if last is not None and not last[2] and self._events not in (None, False) \
                     and self.lost is None:   # the node's last line, unless an event already
                 try:
                     self._events.write(timeline.record("end", self.node_rank, last[0],
@@ -480,7 +484,7 @@ class LogRouter:
                 except OSError:
                     pass
             for handle in (self._node, *self._ranks.values(),
-                           *([self._events] if self._events is not None else [])):
+                           *([self._events] if self._events not in (None, False) else [])):
                 try:
                     handle.close()
                 except OSError:  # its last lines could not be written (a full disk)
