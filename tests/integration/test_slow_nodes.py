@@ -144,6 +144,9 @@ def test_a_node_throttled_mid_run_is_named_on_every_console_within_30_s(tmp_path
     lane1 = dom[dom.index('data-node="1"'):]
     assert 'data-kind="slow"' in lane1.split('class="lane"')[0], lane1[:3000]
     assert "<table data-drawn=\"nodes\">" in dom and "is slow: " in dom
+    # a script without metrics.jsonl: its throughput is the steps/s meshrun measured
+    rate = re.search(r'<div id="rate" class="chart" data-drawn="(\d+)"', dom)
+    assert rate and int(rate.group(1)) >= 5 and "steps/s from the progress" in dom, dom[:3000]
     assert_timeline_drawn_as_recorded(dom, run)
     # each node's figures over time, drawn with the notice marked on them
     drawn = re.findall(r'<div class="chart" data-drawn="(\d+)" data-marks="(\d+)">', dom)

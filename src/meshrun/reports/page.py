@@ -8,6 +8,9 @@ run's data are inlined; the page fetches nothing. A file of the run folder that 
 or does not parse leaves its part of the page empty and is named at the top, never a
 traceback.
 
+For a script without a ``metrics.jsonl`` of samples/s, the throughput chart shows each
+node's steps/s from the progress meshrun measures (``node_steps.json``'s series).
+
 The timeline's events are each node's ``events.node<k>.jsonl`` records, written by the
 node as it wrote the line (:mod:`meshrun.runtime.timeline`): the start, the join, the
 preflight, the workers' starts (with the membership epoch), restarts and their reason, lost
@@ -267,10 +270,24 @@ if (base) {
                    ys: steps.map(s => m.has(s) ? m.get(s) : null)});
 }
 chart("loss", lossX, lossSeries, "step");
-const rateRows = seriesOf(D, "samples_per_s", "t");
-chart("rate", rateRows.map(r => r.t), [{label: "samples/s", color: "#27c",
-  ys: rateRows.map(r => r.samples_per_s)}], "seconds since the start");
 const nodes = D.nodes || [];
+const NODE_COLORS = ["#27c", "#e80", "#2a2", "#c22", "#a0a", "#0aa", "#886", "#555"];
+const rateRows = seriesOf(D, "samples_per_s", "t");
+const stepRows = nodes.filter(n => (n.series || []).some(p => p[1]));
+if (rateRows.length || !stepRows.length || D.t0 == null) {
+  chart("rate", rateRows.map(r => r.t), [{label: "samples/s", color: "#27c",
+    ys: rateRows.map(r => r.samples_per_s)}], "seconds since the start");
+} else {   // any script: steps/s from the progress meshrun measures (each node's series)
+  const xs = Array.from(new Set([].concat(...stepRows.map(n => n.series.filter(p => p[1])
+    .map(p => p[0]))))).sort((p, q) => p - q);
+  chart("rate", xs.map(x => x - D.t0), stepRows.map((n, i) => {
+    const at = new Map(n.series.filter(p => p[1]).map(p => [p[0], 1 / p[1]]));
+    return {label: "node " + n.node + " steps/s", color: NODE_COLORS[i % NODE_COLORS.length],
+            ys: xs.map(x => at.has(x) ? at.get(x) : null)};
+  }), "seconds since the start");
+  document.getElementById("rate").insertAdjacentHTML("beforebegin", "<p>steps/s from the " +
+    "progress meshrun measures (no metrics.jsonl with samples/s)</p>");
+}
 document.getElementById("nodes").innerHTML = nodes.length ? "<table data-drawn='nodes'>" +
   "<tr><th>node</th><th>host</th><th>step time</th><th>compute</th><th>share working</th>" +
   "<th>ratio</th><th>named slow</th></tr>" + nodes.map(n => "<tr><td>" + esc(n.node) +
@@ -282,7 +299,6 @@ document.getElementById("nodes").innerHTML = nodes.length ? "<table data-drawn='
   "<p>(the run's means; over time below)</p>"
   : "<p>no node_steps.json (the slow-node check was off, or the run ended early)</p>";
 // each node's figures over time (node 0's straggler check), the slow notices as lines
-const NODE_COLORS = ["#27c", "#e80", "#2a2", "#c22", "#a0a", "#0aa", "#886", "#555"];
 // every node prints node 0's notice: one mark each, at the first node's time
 const marks = Array.from(new Map([].concat(...Object.values(D.lanes || {})).filter(e =>
   e.kind === "slow" || e.kind === "recovered").sort((p, q) => q.t - p.t)
