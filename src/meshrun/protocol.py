@@ -148,6 +148,11 @@ def text(raw: bytes | str) -> str:
     return raw.decode(errors="replace") if isinstance(raw, bytes) else raw
 
 
+#: what decoding a value that is not one raises besides ValueError (a stranger's write, a
+#: value cut short): every reader turns these into one ValueError naming the value
+BAD_VALUE = (KeyError, TypeError, AttributeError, IndexError, OverflowError, RecursionError)
+
+
 def _decoder(what: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """A payload's ``decode``: whatever a value that is not one makes it raise (a stranger's
     write into the store, a value cut short) becomes one ValueError naming the value, which
@@ -160,8 +165,7 @@ def _decoder(what: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
                 return fn(cls, raw)
             except ValueError:
                 raise
-            except (KeyError, TypeError, AttributeError, IndexError, OverflowError,
-                    RecursionError) as exc:
+            except BAD_VALUE as exc:
                 raise ValueError(f"not a {what}: {text(raw)[:80]!r}") from exc
         return decode
     return wrap

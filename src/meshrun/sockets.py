@@ -91,21 +91,21 @@ def resolver_for_agent(argv: Sequence[str], environ: dict[str, str] | None = Non
     os.execve(sys.executable, again, {**env, "RES_OPTIONS": AGENT_RES_OPTIONS, _MARK: "1"})
 
 
-def _has_res_init() -> bool:
-    """glibc's resolver can be loaded now (``__res_init``): the settings are read then."""
+def _res_init():
+    """glibc's ``__res_init`` (it loads the resolver settings), or None elsewhere."""
     try:
         import ctypes
 
-        return getattr(ctypes.CDLL(None), "__res_init", None) is not None
-    except (OSError, AttributeError):
-        return False
+        return getattr(ctypes.CDLL(None), "__res_init", None)
+    except OSError:
+        return None
+
+
+def _has_res_init() -> bool:
+    return _res_init() is not None
 
 
 def load_resolver() -> bool:
     """Load glibc's resolver settings now (with this environment's ``RES_OPTIONS``)."""
-    try:
-        import ctypes
-
-        return getattr(ctypes.CDLL(None), "__res_init")() == 0
-    except (OSError, AttributeError):
-        return False
+    init = _res_init()
+    return init is not None and init() == 0

@@ -343,13 +343,9 @@ def _g(value: float | None, spec: str) -> str:
 
 
 def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 120:
-        return f"{seconds:.1f} s"
-    minutes, secs = divmod(int(round(seconds)), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min {secs:02d} s"
+    from ..runtime.status import duration
+
+    return "-" if seconds is None else duration(seconds, below=120, digits=1)
 
 
 def _table(rows: list[tuple[str, ...]]) -> list[str]:

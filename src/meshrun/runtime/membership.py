@@ -36,6 +36,8 @@ import json
 from dataclasses import dataclass, replace
 from enum import Enum
 
+from .. import protocol
+
 KEEP_OUT = 3  # losses after which a node that comes back is kept out
 UNKNOWN_CHECKPOINT = -2  # the newest checkpoint's step when the folder was not read (yet)
 
@@ -143,7 +145,7 @@ class Membership:
             found = cls(int(data.get("epoch", 0)), seats, ints("spares"), ints("lost"),
                         int(data.get("round", 0)), str(data.get("reason", "")), strikes,
                         ints("kept_out"))
-        except (TypeError, KeyError, AttributeError, OverflowError) as exc:
+        except protocol.BAD_VALUE as exc:
             raise ValueError(f"not a membership: {str(data)[:80]!r}") from exc
         if not seats:
             raise ValueError("a membership without seats")

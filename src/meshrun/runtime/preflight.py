@@ -301,7 +301,7 @@ class Verdict:
         try:
             return cls(tuple(Difference(**d) for d in data["differences"]),
                        tuple(data["warnings"]), {int(k): v for k, v in data["hosts"].items()})
-        except (TypeError, KeyError, AttributeError, OverflowError) as exc:
+        except protocol.BAD_VALUE as exc:
             raise ValueError(f"not a preflight verdict: {str(data)[:80]!r}") from exc
 
 

@@ -31,9 +31,11 @@ from .. import protocol
 PREFIX = "meshrun: status: "   # how the line begins (a terminal keeps it in place: logs.py)
 
 
-def duration(seconds: float) -> str:
-    if seconds < 90:
-        return f"{seconds:.0f} s"
+def duration(seconds: float, *, below: float = 90, digits: int = 0) -> str:
+    """``42 s`` under ``below`` seconds (``digits`` after the point), then ``3 min 05 s``,
+    then ``2 h 07 min`` (the status line; ``meshrun report`` with 120 and 1)."""
+    if seconds < below:
+        return f"{seconds:.{digits}f} s"
     minutes, secs = divmod(int(round(seconds)), 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min {secs:02d} s"
