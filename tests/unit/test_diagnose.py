@@ -606,3 +606,21 @@ def test_a_path_the_job_cannot_write_is_named_but_not_a_device_nor_a_warning():
     assert first("UserWarning: cache: PermissionError: [Errno 13] Permission denied: "
                  "'/home/u/.cache'\nRuntimeError: CUDA error: device-side assert triggered\n"
                  )[0] == "cuda-device-assert"
+
+
+def test_two_nccl_versions_in_one_job_are_named_and_one_version_is_not():
+    mixed = ("node-a:12:12 [0] NCCL INFO NCCL version 2.19.3+cuda12.2\n"
+             "node-b:40:40 [0] NCCL INFO NCCL version 2.20.5+cuda12.4\n"
+             "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1275, "
+             "internal error - please report this issue to the NCCL developers, NCCL version "
+             "2.19.3\nncclInternalError: Internal check failed.\n")
+    found = diagnose_text(mixed, name="rank1.log")
+    assert found[0].code == "nccl-version-differs", [d.code for d in found]
+    assert "NCCL 2.19.3 and another" in found[0].cause
+    same = mixed.replace("2.20.5+cuda12.4", "2.19.3+cuda12.2")
+    assert all(d.code != "nccl-version-differs" for d in diagnose_text(same, name="rank1.log"))
+    # the bootstrap's "family 0" names both of its causes
+    family = ("ncclSocketInit: connecting to address  with family 0 is neither AF_INET(2) nor "
+              "AF_INET6(10)\n")
+    first = diagnose_text(family, name="rank0.log")[0]
+    assert first.code == "nccl-interface-not-found" and "different NCCL versions" in first.cause

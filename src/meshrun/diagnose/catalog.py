@@ -254,7 +254,7 @@ CATALOG: tuple[Signature, ...] = (
          "torch.cuda.device_count() is 1` (and `... is_available() is False`)"),
     sig("checkpoint-multi-rank-race", "ranks removing the same checkpoint",
          [(r"FileNotFoundError: \[Errno 2\] No such file or directory: "
-           r"'(?P<path>[^']*(?:checkpoint|ckpt|\.pt\b)[^']*)'")],
+           r"'(?P<path>[^']*(?:checkpoint|ckpt|\.pt\b|rng_state_\d+\.pth)[^']*)'")],
          lambda h: (f"more than one process removes or renames the same checkpoint path "
                     f"({h.group('path')}): the output folder is shared and every rank (or every "
                     "node's rank 0) runs the save's clean-up; the first one wins and the others "
@@ -266,7 +266,18 @@ CATALOG: tuple[Signature, ...] = (
          "the same log shows the path being removed or renamed (`shutil.rmtree`, `os.rename`, "
          "`'tmp-checkpoint-N' -> 'checkpoint-N'`)",
          confirm=r"shutil\.rmtree|in rmtree|os\.rmdir|os\.rename|os\.replace|shutil\.move|"
-                 r"' -> '"),
+                 r"' -> '|Deleting older checkpoint"),
+    # the same race seen from the remover: the folder filled again while it was removed
+    sig("checkpoint-multi-rank-race", "ranks removing the same checkpoint",
+         [r"\[Errno 39\] Directory not empty: '(?P<path>[^']*)'"],
+         lambda h: (f"a folder ({h.group('path')}) was removed or renamed while another process "
+                    "wrote into it: the checkpoint folder is shared and more than one rank (or "
+                    "every node's rank 0) saves or cleans it up; or it was renamed onto a folder "
+                    "of that name that exists and is not empty"),
+         "do the checkpoint clean-up and renames on one process only (if global rank 0; on a "
+         "shared filesystem not each node's local rank 0; HF Trainer: save_on_each_node=False); "
+         "write each save under a new name, then rename it",
+         FAULT, "`OSError: [Errno 39] Directory not empty: '...'`"),
     sig("checkpoint-is-lfs-pointer", "the checkpoint is a Git LFS pointer",
          [r"UnpicklingError: invalid load key, 'v'"],
          "the checkpoint file is a Git LFS pointer (a small text file that begins 'version "
@@ -308,7 +319,8 @@ CATALOG: tuple[Signature, ...] = (
     sig("bf16-unsupported-gpu", "GPU without bfloat16",
          [r"Current CUDA Device does not support bfloat16",
           r"Bfloat16 is only supported on GPUs with compute capability of at least 8\.0",
-          r"bf16 is not supported on (?:this|your) (?:GPU|device)"],
+          r"bf16 is not supported on (?:this|your) (?:GPU|device)",
+          r"Your setup doesn't support bf16/gpu"],
          "bfloat16 was asked for on a GPU that does not support it (compute capability below "
          "8.0: V100, T4, P100 and older)",
          "use float16 with a GradScaler (or fp32) on these GPUs: meshrun's recipes choose "
@@ -431,7 +443,21 @@ CATALOG: tuple[Signature, ...] = (
          SETUP, "NCCL's `Bootstrap : no socket interface found`, `... is neither AF_INET(2) nor "
          "AF_INET6(10)`, `WARN Socket creation failed : Address family not supported by "
          "protocol` (no interface of the family NCCL took)",
-         suppresses=("nccl-internal-error", "nccl-system-error")),
+         suppresses=("nccl-internal-error", "nccl-system-error"),
+         also=("nccl-version-differs",)),
+    sig("nccl-version-differs", "nodes run different NCCL versions",
+         [r"NCCL version (?P<version>\d+\.\d+\.\d+)"],
+         lambda h: ("the ranks run different NCCL versions (this log shows NCCL "
+                    f"{h.group('version')} and another): NCCL's messages between ranks are not "
+                    "compatible across versions, and a mix fails in set-up or in the first "
+                    "collective with internal or system errors"),
+         "install the same NCCL on every node (the same image, or the same nvidia-nccl-cu* "
+         "wheel; a system libnccl may shadow the wheel's: check LD_LIBRARY_PATH); meshrun's "
+         "preflight compares torch's NCCL version across nodes",
+         SETUP, "two different `NCCL version X.Y.Z` lines in one job's logs",
+         confirm=r"NCCL version (?!{version}\b)\d+\.\d+\.\d+",
+         suppresses=("nccl-internal-error", "nccl-system-error",
+                     "nccl-unhandled-cuda-error")),
     sig("launcher-env-missing", "started without a launcher",
          [r"environment variable (?P<var>[A-Z_]+) expected, but not set",
           (r"KeyError: '(?P<var>RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|MASTER_ADDR|"
@@ -901,7 +927,8 @@ CATALOG: tuple[Signature, ...] = (
          + _NCCL_DEBUG,
          FAULT, "`ncclInvalidUsage`", names_cause=False),
     sig("ib-transport-error", "InfiniBand transport error",
-         [r"NET/IB ?: Got completion from peer (?P<peer>\S+) with (?:status=|error )(?P<err>\d+)",
+         [(r"NET/IB ?: Got completion (?:from peer (?P<peer>\S+) )?with (?:status=|error )"
+           r"(?P<err>\d+)"),
           r"\bIBV_WC_\w+_ERR\b"],
          lambda h: ("an InfiniBand/RoCE transfer to "
                     f"{h.group('peer') or 'a peer'} failed (work completion error"

@@ -266,6 +266,13 @@ def unless_warning(tier: int) -> Callable[[Hit], int]:
 def ifname_cause(hit: Hit) -> str:
     named = re.search(r"NCCL_SOCKET_IFNAME(?: set (?:by environment )?to |=)(\S+)", hit.text)
     which = f"NCCL_SOCKET_IFNAME={named.group(1)}" if named else "NCCL_SOCKET_IFNAME"
+    if "neither AF_INET" in hit.line and "connecting to address" in hit.line:
+        # the address came from a peer and is no address: the peer had none to give, or
+        # its bootstrap message is laid out by another NCCL version
+        return (f"NCCL received a peer's bootstrap address that is no address: {which} names "
+                "an interface some node does not have (names differ between machines and "
+                "images), or the nodes run different NCCL versions (their bootstrap messages "
+                "differ; compare `NCCL version` on every node)")
     return (f"NCCL found no network interface to bootstrap with: {which} names an interface "
             "this node does not have (names differ between machines and images), or no "
             "interface is up")
