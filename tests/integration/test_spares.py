@@ -265,3 +265,70 @@ def test_a_users_trainer_script_goes_on_through_a_takeover_and_a_shrink(tmp_path
                for k in (0, 3) for line in nodes.output(k).splitlines() if "REPORT {" in line]
     assert sorted(r["rank"] for r in reports) == [0, 1], nodes.outputs()[-3000:]
     assert {r["world_size"] for r in reports} == {2}
+
+
+def _until_said(nodes: Nodes, text: str, times: int, node: int, alive: tuple[int, ...],
+                timeout: float = 60) -> None:
+    """Until node ``node`` has printed ``text`` ``times`` times (the nodes in ``alive`` up)."""
+    deadline = time.monotonic() + timeout
+    while nodes.output(node).count(text) < times:
+        assert time.monotonic() < deadline and all(nodes.procs[k].poll() is None
+                                                   for k in alive), nodes.outputs()[-4000:]
+        time.sleep(0.05)
+
+
+WAIT_FOR_STOP = """\
+import os, sys, time
+print(f"rank {os.environ['RANK']} of {os.environ['WORLD_SIZE']} works", flush=True)
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.1)
+"""
+
+
+# a node killed in its first second, before its liveness link is open and its first beat,
+# is found by its silence (the node timeout and the first connection's grace: 25 s); after
+# that its link's bare close names it within about a second
+LINKED_S = 1.5
+
+
+def test_a_flapping_node_is_kept_out_after_its_third_loss_and_the_job_goes_on(tmp_path):
+    """3 nodes, --spares 1: node 1 (seated) is SIGKILLed and spare node 2 takes its seat;
+    node 1, started again, waits as a spare; it is SIGKILLed twice more (a lost spare is only
+    reported: training goes on untouched) and started again each time. After its third loss
+    it is kept out: node 0 says so, node 1 says it waits for the job's end, nothing is
+    restarted for it, and the job finishes with every node exiting 0."""
+    script = tmp_path / "until_stop.py"
+    script.write_text(WAIT_FOR_STOP)
+    stop = tmp_path / "stop"
+    nodes = Nodes(tmp_path, ["--", str(script), str(stop)], nnodes=3, run_id="fl",
+                  extra=[*FAST, "--spares", "1"], env=clean_env())
+    back = "is back and waits as a spare (1 spare now)"
+    with nodes:
+        assert nodes.wait_for("waits as a spare", node=2, timeout=90) is not None, \
+            nodes.outputs()[-3000:]
+        assert nodes.wait_for("rank 1 of 2 works", node=1, timeout=90) is not None, \
+            nodes.outputs()[-3000:]
+        time.sleep(LINKED_S)
+        nodes.crash(1)                                                  # loss 1: seated
+        _until_said(nodes, "spare node 2 takes its seat", 1, node=0, alive=(0, 2))
+        for loss in (2, 3):
+            nodes.restart(1)
+            _until_said(nodes, back, loss - 1, node=0, alive=(0, 1, 2))
+            time.sleep(LINKED_S)
+            nodes.crash(1)                                              # losses 2, 3: a spare
+            _until_said(nodes, "meshrun: spare node 1 (", loss - 1, node=0, alive=(0, 2))
+        nodes.restart(1)
+        _until_said(nodes, "is back but was lost 3 times in this job: kept out", 1, node=0,
+                    alive=(0, 1, 2))
+        _until_said(nodes, "node 1 was lost 3 times in this job: it is kept out and waits "
+                    "for the job's end", 1, node=1, alive=(0, 1, 2))
+        stop.touch()
+        codes = nodes.wait(120)
+    assert codes == [0, 0, 0], nodes.outputs()[-5000:]
+    out0 = nodes.output(0)
+    assert out0.count(back) == 2, out0[-4000:]                      # not a third time
+    assert out0.count("training goes on; 0 spares left") == 2, out0[-4000:]
+    # one take-over, and nothing restarted for the flapping spare afterwards
+    assert "membership epoch 1" in out0 and "membership epoch 2" not in out0, out0[-4000:]
+    assert nodes.output(2).count("rank 1 of 2 works") == 1
+    assert "the job finished; spare node 1 was not needed" in nodes.output(1)

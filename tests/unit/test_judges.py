@@ -247,6 +247,9 @@ def test_a_lost_spare_is_a_notice_and_a_fatal_or_known_loss_says_nothing():
     assert spare.change == Change.SPARE_LOST and not spare.change.restarts
     assert spare.members.spares == () and spare.members.reason == ""   # no new epoch
     assert spare.line.startswith("meshrun: spare node 2 (h2) is lost (last heartbeat 16.0 s")
+    died = _loss(Membership.initial(3, 1), 2, closed=True)   # its link closed bare: no age
+    assert died.line.startswith("meshrun: spare node 2 (h2) is lost (its agent's connection "
+                                "closed without a goodbye (the process died)); training goes on")
     fatal = _loss(Membership.initial(3), 1, min_seats=3)              # at the minimum
     assert (fatal.change, fatal.members, fatal.line) == (Change.FATAL, Membership.initial(3), "")
     assert _loss(Membership.initial(3), 0, min_seats=1).change == Change.FATAL   # node 0

@@ -188,3 +188,24 @@ def test_a_stranger_on_the_links_port_can_neither_stop_nor_speak_for_a_node():
         member.kill()
         member.wait()
         dog0.stop("stopped")
+
+
+def test_a_link_still_held_for_its_claim_gets_node_0_s_goodbye():
+    """A node that came back a moment before the job ended: node 0 has not read its new
+    claim yet, so its link is held unverified. Node 0's end must still send it the goodbye
+    byte (a bare close would read as node 0's death: the flapping-node test saw exit 4)."""
+    import socket
+
+    from meshrun.runtime.links import _HEADER, Hub
+
+    hub = Hub("127.0.0.1", tokens={1: "old1"})
+    hub.start()
+    try:
+        back = socket.create_connection(("127.0.0.1", hub.port))
+        back.sendall(_HEADER.pack(1, b"new1\0\0\0\0"))       # its new claim's token
+        assert _until(lambda: hub.unverified() == [1], 5)
+    finally:
+        hub.close("d")
+    back.settimeout(2.0)
+    assert back.recv(1) == b"d"
+    back.close()

@@ -95,9 +95,12 @@ def grow_line(node: int, host: str, seats: int, nproc: int, epoch: int,
             f"batch); every node's workers restart {when} (membership epoch {epoch})")
 
 
-def spare_lost_line(node: int, host: str, age_s: float, spares_left: int) -> str:
-    return (f"meshrun: spare node {node} ({host}) is lost (last heartbeat {age_s:.1f} s ago); "
-            f"training goes on; {spares_left} spare{'s' if spares_left != 1 else ''} left")
+def spare_lost_line(node: int, host: str, age_s: float, spares_left: int, *,
+                    closed: bool = False) -> str:
+    how = ("its agent's connection closed without a goodbye (the process died)" if closed
+           else f"last heartbeat {age_s:.1f} s ago")
+    return (f"meshrun: spare node {node} ({host}) is lost ({how}); training goes on; "
+            f"{spares_left} spare{'s' if spares_left != 1 else ''} left")
 
 
 def returned_line(node: int, host: str, spares: int) -> str:

@@ -348,7 +348,8 @@ def on_loss(m: Membership, node: int, age: float, *, closed: bool, next_round: i
         return Reseat(change, members, node)
     if change == Change.SPARE_LOST:
         return Reseat(change, members, node,
-                      spare_lost_line(node, host, age, len(members.spares)))
+                      spare_lost_line(node, host, age, len(members.spares),
+                                      closed=closed))
     if change == Change.SHRINK:
         line = shrink_line(node, host, age, len(members.seats), nproc, min_seats or 1,
                            members.epoch, closed=closed)

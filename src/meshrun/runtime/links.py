@@ -240,11 +240,15 @@ class Hub(threading.Thread):
             self.goodbyes.pop(rank, None)
 
     def close(self, goodbye: str) -> None:
-        """Node 0 ends: one byte (its goodbye) on every link, then close them all."""
+        """Node 0 ends: one byte (its goodbye) on every link, then close them all. Links
+        still held for their claim get it too: a node that came back a moment before the
+        job ended (its new claim not read yet) would otherwise take the bare close for node
+        0's death; the byte tells a stranger nothing it could use."""
         self._halt = True
         with self._lock:
-            conns = list(self._conns.values())
+            conns = [*self._conns.values(), *self._unverified]
             self._conns.clear()
+            self._unverified.clear()
         for conn in conns:
             try:
                 conn.send(goodbye.encode()[:1] or b"?")
