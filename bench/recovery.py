@@ -3,7 +3,7 @@ and torchrun's elastic shrink, in one harness, on simulated nodes on this machin
 
     python bench/recovery.py [--modes ff,today,spare,shrink,torchrun,torchrun-lc1] [--steps 3000]
                              [--kills 5] [--every 120] [--back 30] [--freeze 3] [--seed 1]
-                             [--json out.json]
+                             [--victims nonzero|node0] [--json out.json]
     python bench/recovery.py --markdown out.json        # the table of docs/benchmarks.md
 
 The job (bench/recovery_job.py): 4 nodes x 1 worker, a step = an all-reduce of 1,024 floats
@@ -28,6 +28,11 @@ SIGKILLed then). Modes:
 * ``torchrun`` / ``torchrun-lc1``: ``torchrun --nnodes 3:4 --rdzv-backend c10d
   --max-restarts 100`` with its defaults / with ``last_call_timeout=1``: it goes on with 3
   nodes and takes the 4th back when it returns.
+
+``--victims node0`` kills node 0 (the store's host) every time instead: its loss ends the
+job in every mode (docs/elastic.md, "Node 0"); each failure also records how long the other
+nodes took to exit (``others_end_s``: when a scheduler can act), and the harness starts the
+whole job again once node 0 is back.
 
 Reported per mode: the wall time to the last step, ETTR (the failure-free wall time over
 it), R for each failure (the failure to the first step completed after it, beyond one in
@@ -216,7 +221,7 @@ def run_mode(mode: str, args: argparse.Namespace, out: Path) -> dict:
             if first is not None and when and now - first >= when[0]:
                 when.pop(0)
                 frozen = len(failures) + 1 == args.freeze
-                victim = _victim(mode, job, rng)
+                victim = _victim(mode, job, rng, node0=args.victims == "node0")
                 if victim is not None:
                     last = log[-1]["step"] if log else 0
                     if frozen:
@@ -224,8 +229,12 @@ def run_mode(mode: str, args: argparse.Namespace, out: Path) -> dict:
                     else:
                         job.crash(victim)
                     failures.append({"t": now, "node": victim, "frozen": frozen,
-                                     "last_step": last})
+                                     "last_step": last, "others_end_s": None, "job": job})
                     pending.append((now + args.back, victim, frozen))
+            for f in failures:   # when every other node of the job it hit had exited
+                if f["others_end_s"] is None and f.get("job") is job and all(
+                        p.poll() is not None for k, p in enumerate(job.procs) if k != f["node"]):
+                    f["others_end_s"] = round(now - f["t"], 2)
             for item in list(pending):
                 at, node, frozen = item
                 if now < at:
@@ -258,6 +267,7 @@ def run_mode(mode: str, args: argparse.Namespace, out: Path) -> dict:
     finally:
         job.kill()
     for f in failures:
+        f.pop("job", None)
         after = [r for r in log if r["t"] > f["t"] + PAUSE + 0.1]
         f["recovery_s"] = round(after[0]["t"] - f["t"], 2) if after else None
         f["resumed_at"] = after[0]["step"] - 1 if after else None
@@ -274,10 +284,11 @@ def run_mode(mode: str, args: argparse.Namespace, out: Path) -> dict:
             "codes": [p.returncode for p in job.procs], "ended_s": round(ended - started, 1)}
 
 
-def _victim(mode: str, job, rng: random.Random) -> int | None:
-    """A random non-zero node that is training now (has workers; a spare has none)."""
-    alive = [n for n in range(1, len(job.procs)) if job.procs[n].poll() is None
-             and _training(job.procs[n].pid)]
+def _victim(mode: str, job, rng: random.Random, node0: bool = False) -> int | None:
+    """A random non-zero node that is training now (has workers; a spare has none); with
+    ``node0``, node 0 when it trains."""
+    alive = [n for n in (range(0, 1) if node0 else range(1, len(job.procs)))
+             if job.procs[n].poll() is None and _training(job.procs[n].pid)]
     return rng.choice(alive) if alive else None
 
 
@@ -341,6 +352,8 @@ def main() -> int:
     parser.add_argument("--freeze", type=int, default=3,
                         help="which failure is a SIGSTOP (0: none)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--victims", choices=("nonzero", "node0"), default="nonzero",
+                        help="whom the failures hit: a random non-zero training node, or node 0")
     parser.add_argument("--json")
     parser.add_argument("--markdown")
     args = parser.parse_args()
