@@ -97,6 +97,9 @@ EXPECTED: dict[str, list[tuple[str, int | None, str | None]]] = {
     # NCCL's bootstrap failed to connect (bootstrap.cc -> 2): more than "a system error"
     "nccl_system_error_node0.log": [("nccl-bootstrap-failed", 0, "gpu-a")],
     "nccl_internal_error.log": [("nccl-internal-error", 1, "gpu-a")],
+    # two nodes with different NCCL builds: each rank that said its version is named
+    "nccl_versions_differ.log": [("nccl-version-differs", 0, "gpu-a"),
+                                 ("nccl-version-differs", 8, "gpu-b")],
     "ib_completion_error_node1.log": [("ib-transport-error", 12, "gpu-b")],
     "nccl_socket_fallback.log": [("nccl-socket-fallback", 0, "ip-172-31-12-21"),
                                  ("nccl-socket-fallback", 1, "ip-172-31-12-21")],
@@ -616,7 +619,7 @@ def test_two_nccl_versions_in_one_job_are_named_and_one_version_is_not():
              "2.19.3\nncclInternalError: Internal check failed.\n")
     found = diagnose_text(mixed, name="rank1.log")
     assert found[0].code == "nccl-version-differs", [d.code for d in found]
-    assert "NCCL 2.19.3 and another" in found[0].cause
+    assert "NCCL 2.19.3 and 2.20.5" in found[0].cause
     same = mixed.replace("2.20.5+cuda12.4", "2.19.3+cuda12.2")
     assert all(d.code != "nccl-version-differs" for d in diagnose_text(same, name="rank1.log"))
     # the bootstrap's "family 0" names both of its causes

@@ -34,6 +34,7 @@ from .causes import (
     nccl_detail,
     nccl_last_error,
     nccl_not_built_cause,
+    nccl_versions,
     node_lost_cause,
     only_when_raised,
     oom_cause,
@@ -447,9 +448,9 @@ CATALOG: tuple[Signature, ...] = (
          also=("nccl-version-differs",)),
     sig("nccl-version-differs", "nodes run different NCCL versions",
          [r"NCCL version (?P<version>\d+\.\d+\.\d+)"],
-         lambda h: ("the ranks run different NCCL versions (this log shows NCCL "
-                    f"{h.group('version')} and another): NCCL's messages between ranks are not "
-                    "compatible across versions, and a mix fails in set-up or in the first "
+         lambda h: ("the ranks run different NCCL versions (the logs show NCCL "
+                    f"{' and '.join(nccl_versions(h.text))}): NCCL's messages between ranks are "
+                    "not compatible across versions, and a mix fails in set-up or in the first "
                     "collective with internal or system errors"),
          "install the same NCCL on every node (the same image, or the same nvidia-nccl-cu* "
          "wheel; a system libnccl may shadow the wheel's: check LD_LIBRARY_PATH); meshrun's "

@@ -278,6 +278,12 @@ def ifname_cause(hit: Hit) -> str:
             "interface is up")
 
 
+def nccl_versions(text: str) -> list[str]:
+    """The NCCL versions a log names (``NCCL version X.Y.Z``), oldest first."""
+    found = set(re.findall(r"NCCL version (\d+\.\d+\.\d+)", text))
+    return sorted(found, key=lambda v: tuple(int(x) for x in v.split(".")))
+
+
 def bootstrap_cause(hit: Hit) -> str:
     used = re.search(r"(?:Bootstrap : Using|OOB) (\w[\w.-]*):(\S+?)<", hit.text)
     via = f" over {used.group(1)} ({used.group(2)})" if used else ""
