@@ -4,7 +4,10 @@
   marker maps to one xdist group, so two tests of a group never run at once (they run on one
   worker, in turn): ``slurm`` (the local SLURM cluster), ``netns`` / ``mpi`` (the network
   namespaces mr-h1/mr-h2 and mrnet-a/b), ``cgroup`` (CPU quotas under /sys/fs/cgroup/cpu)
-  and ``timing`` (a tight bound on wall-clock time), one group for the two.
+  and ``timing`` (a tight bound on wall-clock time). The two are groups of their own and run
+  beside each other: a quota test's nodes are held to their quotas inside a group that
+  outweighs the rest of the machine (``cpu.shares``), so a timing test beside it can neither
+  slow them nor lose more than their quotas (at most 0.8 of a CPU) to them.
 - Order: the minutes-long ``soak`` tests first (they run beside everything else, at low CPU
   priority), then every other unit of work longest first by earlier runs' wall times
   (tests/durations.json): the short unit tests fill the workers' last minutes. pytest-xdist
@@ -19,10 +22,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-# marker -> xdist group. A CPU quota test reserves most of the CPU for its job while it
-# runs (tests/integration/test_slow_nodes.py), so it shares one group with the tests that
-# time meshrun's reactions: never two of those at once.
-EXCLUSIVE = {"slurm": "slurm", "mpi": "netns", "netns": "netns", "cgroup": "timing",
+# marker -> xdist group. The quota tests (tests/integration/test_slow_nodes.py `reserved`)
+# and the tests that time meshrun's reactions were one group, one serial chain of 725 s: the
+# longest unit of a fresh-clone run (2026-11-27). Their quota jobs take 0.4-0.8 of a CPU, no
+# more, whatever runs beside them; so the two are separate groups, each serial within.
+EXCLUSIVE = {"slurm": "slurm", "mpi": "netns", "netns": "netns", "cgroup": "cgroup",
              "timing": "timing"}
 
 
