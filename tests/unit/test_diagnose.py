@@ -622,8 +622,47 @@ def test_two_nccl_versions_in_one_job_are_named_and_one_version_is_not():
     assert "NCCL 2.19.3 and 2.20.5" in found[0].cause
     same = mixed.replace("2.20.5+cuda12.4", "2.19.3+cuda12.2")
     assert all(d.code != "nccl-version-differs" for d in diagnose_text(same, name="rank1.log"))
+    # torch before 1.12 printed NCCL 2.10.3 as "21.0.3": one version, not two
+    old = ("node-a:1:1 [0] NCCL INFO NCCL version 2.10.3+cuda11.3\n"
+           "RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:47, unhandled system error, "
+           "NCCL version 21.0.3\n")
+    assert all(d.code != "nccl-version-differs" for d in diagnose_text(old, name="rank0.log"))
     # the bootstrap's "family 0" names both of its causes
     family = ("ncclSocketInit: connecting to address  with family 0 is neither AF_INET(2) nor "
               "AF_INET6(10)\n")
     first = diagnose_text(family, name="rank0.log")[0]
     assert first.code == "nccl-interface-not-found" and "different NCCL versions" in first.cause
+
+
+def test_two_nodes_logs_with_different_nccl_versions_are_compared_across_files(tmp_path):
+    """meshrun writes one log per rank and node: the versions are compared across every file
+    diagnosed together, not within one."""
+    (tmp_path / "rank0.log").write_text(
+        "gpu-a:7:7 [0] NCCL INFO NCCL version 2.19.3+cuda12.3\n"
+        "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1275, internal "
+        "error - please report this issue to the NCCL developers, NCCL version 2.19.3\n")
+    (tmp_path / "rank8.log").write_text("gpu-b:9:9 [0] NCCL INFO NCCL version 2.20.5+cuda12.4\n")
+    found = diagnose_files([tmp_path / "rank0.log", tmp_path / "rank8.log"])
+    assert found[0].code == "nccl-version-differs", [d.code for d in found]
+    assert "2.19.3 and 2.20.5" in found[0].cause
+    alone = diagnose_files([tmp_path / "rank0.log"])
+    assert all(d.code != "nccl-version-differs" for d in alone)
+
+
+def test_checkpoint_races_bf16_and_ib_patterns_fire_only_where_they_mean_it():
+    race, = diagnose_text("OSError: [Errno 39] Directory not empty: 'runs/CKPT+2024-01-01'\n")
+    assert race.code == "checkpoint-multi-rank-race"
+    # a compiler's cache or a dataset's download folder is no checkpoint
+    for path in ("/tmp/torchinductor_root/triton/0/abc", "~/.cache/huggingface/datasets/x.incomplete"):
+        assert diagnose_text(f"OSError: [Errno 39] Directory not empty: '{path}'\n") == []
+    gone = ("Deleting older checkpoint [out/checkpoint-9] due to args.save_total_limit\n"
+            "FileNotFoundError: [Errno 2] No such file or directory: 'rng_state_1.pth'\n")
+    assert diagnose_text(gone)[0].code == "checkpoint-multi-rank-race"
+    assert not any(d.code == "checkpoint-multi-rank-race" for d in diagnose_text(
+        "FileNotFoundError: [Errno 2] No such file or directory: 'rng_state_1.pth'\n"))
+    bf16, = diagnose_text("ValueError: Your setup doesn't support bf16/gpu. You need torch>=1.10, "
+                          "using Ampere GPU with cuda>=11.0\n")
+    assert bf16.code == "bf16-unsupported-gpu" and "torch older than 1.10" in bf16.cause
+    ib = diagnose_text("node-1:946:988 [0] transport/net_ib.cc:839 NCCL WARN NET/IB : Got "
+                       "completion with error 12, opcode 1, len 0, vendor err 129\n")
+    assert ib[0].code == "ib-transport-error" and "to a peer failed" in ib[0].cause

@@ -35,6 +35,7 @@ from .causes import (
     nccl_last_error,
     nccl_not_built_cause,
     nccl_versions,
+    nccl_versions_differ,
     node_lost_cause,
     only_when_raised,
     oom_cause,
@@ -270,7 +271,7 @@ CATALOG: tuple[Signature, ...] = (
                  r"' -> '|Deleting older checkpoint"),
     # the same race seen from the remover: the folder filled again while it was removed
     sig("checkpoint-multi-rank-race", "ranks removing the same checkpoint",
-         [r"\[Errno 39\] Directory not empty: '(?P<path>[^']*)'"],
+         [r"\[Errno 39\] Directory not empty: '(?P<path>[^']*(?i:checkpoint|ckpt|step|epoch)[^']*)'"],
          lambda h: (f"a folder ({h.group('path')}) was removed or renamed while another process "
                     "wrote into it: the checkpoint folder is shared and more than one rank (or "
                     "every node's rank 0) saves or cleans it up; or it was renamed onto a folder "
@@ -278,7 +279,8 @@ CATALOG: tuple[Signature, ...] = (
          "do the checkpoint clean-up and renames on one process only (if global rank 0; on a "
          "shared filesystem not each node's local rank 0; HF Trainer: save_on_each_node=False); "
          "write each save under a new name, then rename it",
-         FAULT, "`OSError: [Errno 39] Directory not empty: '...'`"),
+         FAULT, "`OSError: [Errno 39] Directory not empty: '...'` on a checkpoint's folder "
+         "(a path naming a checkpoint, ckpt, step or epoch)"),
     sig("checkpoint-is-lfs-pointer", "the checkpoint is a Git LFS pointer",
          [r"UnpicklingError: invalid load key, 'v'"],
          "the checkpoint file is a Git LFS pointer (a small text file that begins 'version "
@@ -322,13 +324,16 @@ CATALOG: tuple[Signature, ...] = (
           r"Bfloat16 is only supported on GPUs with compute capability of at least 8\.0",
           r"bf16 is not supported on (?:this|your) (?:GPU|device)",
           r"Your setup doesn't support bf16/gpu"],
-         "bfloat16 was asked for on a GPU that does not support it (compute capability below "
-         "8.0: V100, T4, P100 and older)",
+         lambda h: ("bfloat16 was asked for where it is not supported: a GPU below compute "
+                    "capability 8.0 (V100, T4, P100 and older)" + (
+                        ", or a torch older than 1.10 or built for a CUDA older than 11 "
+                        "(transformers checks all three)" if "bf16/gpu" in h.line else "")),
          "use float16 with a GradScaler (or fp32) on these GPUs: meshrun's recipes choose "
          "it with parallel.mixed_precision=auto; HF: fp16=True instead of bf16=True; "
          "Lightning: precision='16-mixed'",
          SETUP, "`Current CUDA Device does not support bfloat16`, `Bfloat16 is only supported "
-         "on GPUs with compute capability of at least 8.0`"),
+         "on GPUs with compute capability of at least 8.0`, transformers' `Your setup doesn't "
+         "support bf16/gpu`"),
     sig("fp16-trainable-params", "fp16 parameters under a GradScaler",
          [r"Attempting to unscale FP16 gradients"],
          "the trainable parameters are float16 (the model was cast with .half() or loaded in "
@@ -449,14 +454,15 @@ CATALOG: tuple[Signature, ...] = (
     sig("nccl-version-differs", "nodes run different NCCL versions",
          [r"NCCL version (?P<version>\d+\.\d+\.\d+)"],
          lambda h: ("the ranks run different NCCL versions (the logs show NCCL "
-                    f"{' and '.join(nccl_versions(h.text))}): NCCL's messages between ranks are "
+                    f"{' and '.join(nccl_versions(h.job_text))}): NCCL's messages between ranks are "
                     "not compatible across versions, and a mix fails in set-up or in the first "
                     "collective with internal or system errors"),
          "install the same NCCL on every node (the same image, or the same nvidia-nccl-cu* "
          "wheel; a system libnccl may shadow the wheel's: check LD_LIBRARY_PATH); meshrun's "
          "preflight compares torch's NCCL version across nodes",
-         SETUP, "two different `NCCL version X.Y.Z` lines in one job's logs",
-         confirm=r"NCCL version (?!{version}\b)\d+\.\d+\.\d+",
+         SETUP, "two different `NCCL version X.Y.Z` lines in the logs diagnosed together "
+         "(every node's)",
+         confirm=nccl_versions_differ,
          suppresses=("nccl-internal-error", "nccl-system-error",
                      "nccl-unhandled-cuda-error")),
     sig("launcher-env-missing", "started without a launcher",
@@ -937,7 +943,8 @@ CATALOG: tuple[Signature, ...] = (
                     "or HCA, or the peer process died"),
          "check the peer's log first; then the links (ibstat, ibv_devinfo, port error "
          "counters); exclude the node if one HCA keeps failing",
-         FAULT, "NCCL's `NET/IB : Got completion from peer ... with error N`, `IBV_WC_*_ERR`",
+         FAULT, "NCCL's `NET/IB : Got completion from peer ... with error N` (or without the "
+         "peer), `IBV_WC_*_ERR`",
          suppresses=("nccl-remote-error",)),
     sig("gloo-connect-failed", "Gloo could not connect",
          [r"Gloo connectFullMesh failed with (?P<detail>.+)",

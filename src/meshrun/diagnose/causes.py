@@ -278,10 +278,25 @@ def ifname_cause(hit: Hit) -> str:
             "interface is up")
 
 
+def _nccl_version(text: str) -> tuple[int, int, int]:
+    """``X.Y.Z`` as NCCL numbers it. torch before 1.12 wrote NCCL >= 2.9's version code with
+    the old formula (2.10.3, code 21003, as "21.0.3"): such a major is read back."""
+    major, minor, patch = (int(x) for x in text.split("."))
+    if major >= 10:
+        code = major * 1000 + minor * 100 + patch
+        major, minor, patch = code // 10000, code % 10000 // 100, code % 100
+    return major, minor, patch
+
+
 def nccl_versions(text: str) -> list[str]:
-    """The NCCL versions a log names (``NCCL version X.Y.Z``), oldest first."""
-    found = set(re.findall(r"NCCL version (\d+\.\d+\.\d+)", text))
-    return sorted(found, key=lambda v: tuple(int(x) for x in v.split(".")))
+    """The NCCL versions the logs name (``NCCL version X.Y.Z``), oldest first."""
+    found = {_nccl_version(v) for v in re.findall(r"NCCL version (\d+\.\d+\.\d+)", text)}
+    return [".".join(map(str, v)) for v in sorted(found)]
+
+
+def nccl_versions_differ(match: re.Match, job_text: str) -> bool:
+    """Two different NCCL versions in the logs diagnosed together (every node's)."""
+    return len(nccl_versions(job_text)) > 1
 
 
 def bootstrap_cause(hit: Hit) -> str:

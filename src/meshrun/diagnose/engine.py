@@ -5,9 +5,10 @@ first. :func:`diagnose_files` (the only function that reads files) and
 
 from __future__ import annotations
 
+import functools
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,9 +48,12 @@ class _Found:
     suppresses: tuple[str, ...]
 
 
-def _confirmed(sig: Signature, found: re.Match, text: str) -> bool:
+def _confirmed(sig: Signature, found: re.Match, text: str,
+               job_text: Callable[[], str]) -> bool:
     if sig.confirm is None:
         return True
+    if callable(sig.confirm):
+        return sig.confirm(found, job_text())
     values = {k: re.escape(v) for k, v in found.groupdict().items() if v is not None}
     try:
         pattern = sig.confirm.format(**values)
@@ -234,6 +238,7 @@ def _diagnose(named: Sequence[tuple[str, str]], job: Any,
         return node_host.get(line.node) if line.node is not None else None
 
     found: list[_Found] = []
+    job_text = functools.cache(lambda: "\n".join(f.text for f in files))  # only if asked
     for fi, f in enumerate(files):
         for li, line in enumerate(f.lines):
             if line.skip or line.quoted or not line.body or not ANY.search(line.body):
@@ -242,13 +247,13 @@ def _diagnose(named: Sequence[tuple[str, str]], job: Any,
                 if sig.worker_only and line.rank is None:
                     continue
                 match = sig.find(line.body)
-                if match is None or not _confirmed(sig, match, f.text):
+                if match is None or not _confirmed(sig, match, f.text, job_text):
                     continue
                 named_rank = match.groupdict().get("rank")
                 rank = int(named_rank) if named_rank else line.rank
                 following = tuple(x.body for x in f.lines[li + 1:li + 6])
                 hit = Hit(match, line.body, rank, host_of(line, rank), following, job, device,
-                          f.text)
+                          f.text, job_text() if callable(sig.confirm) else "")
                 pairs = sig.expand(hit) if sig.expand else [(rank, None)]
                 for r, h in pairs:
                     named_host = match.groupdict().get("host")

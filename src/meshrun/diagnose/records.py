@@ -118,6 +118,7 @@ class Hit:
     job: Any = None
     device: str | None = None      # what meshrun planned for the run: "cpu", "cuda" or unknown
     text: str = ""                 # the whole file the line is in (for causes that read more)
+    job_text: str = ""             # every file diagnosed together (causes across nodes)
 
     def group(self, name: str, default: str | None = None) -> str | None:
         try:
@@ -137,7 +138,8 @@ class Signature:
     ``cause``/``fix`` are strings or functions of the :class:`Hit`; ``priority`` is a
     tier of :data:`TIERS` (or a function of the hit, for a message whose meaning
     depends on its numbers). ``confirm`` is a regex that must also occur in the same
-    file, with ``{group}`` replaced by that named group of the match (escaped).
+    file, with ``{group}`` replaced by that named group of the match (escaped); or a
+    function of the match and every file's text together (a check across nodes' logs).
     ``exclude`` rejects lines that match it; ``worker_only`` matches only lines a rank
     printed. ``suppresses`` names codes this one
     explains when both are found for the same rank. ``expand`` turns one hit into
@@ -151,7 +153,7 @@ class Signature:
     fix: Text
     priority: int | Callable[[Hit], int]
     matches: str  # what it matches, in words, for the docs table
-    confirm: str | None = None
+    confirm: str | Callable[[re.Match, str], bool] | None = None
     exclude: re.Pattern | None = None
     suppresses: tuple[str, ...] = ()
     expand: Callable[[Hit], list[tuple[int | None, str | None]]] | None = None
