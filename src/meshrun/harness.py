@@ -267,12 +267,16 @@ class Nodes:
         self.folder, self.nnodes, self.nproc = Path(folder), nnodes, nproc
         self.port = port or free_port()
         self.env = dict(env) if env is not None else clean_env()
-        # every node on this one host: meshrun simulate's rule (plan.planner.threads_for),
-        # not each node's worker taking a thread per core of a host its neighbours share
-        # (their OpenMP threads then spin against each other: 24 % more CPU for a 2-node
-        # recipe job, measured)
-        self.env.setdefault("OMP_NUM_THREADS",
-                            str(max(1, (os.cpu_count() or 1) // (nnodes * nproc))))
+        # every node on this one host: meshrun simulate's own rule (the host's usable cores
+        # over every node's workers), not each node's worker taking a thread per core of a
+        # host its neighbours share (their OpenMP threads then spin against each other: 24 %
+        # more CPU for a 2-node recipe job, measured); a value the caller set is kept
+        from .facts.host import usable_cpus
+        from .plan.planner import threads_for
+
+        threads = threads_for(self.env, nproc, usable_cpus(), nnodes * nproc, nnodes)
+        if threads is not None:
+            self.env[threads.name] = threads.value
         self.cwd = cwd or self.folder
         self.procs: list[subprocess.Popen] = []
         self._nice, self._before = nice, before_start

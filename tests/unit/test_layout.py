@@ -25,7 +25,8 @@ ALLOWED = {
     "protocol": set(),
     "sockets": set(),
     "outfile": {"errors"},  # files the user named: written whole, read only if regular
-    "harness": {"topology"},  # nodes on loopback for the tests and the benchmarks
+    # nodes on loopback for the tests and the benchmarks; their threads by the planner's rule
+    "harness": {"topology", "facts", "plan"},
     "topology": {"errors"},
     "facts": {"errors", "topology"},
     "job": {"errors", "recipes", "outfile"},

@@ -132,7 +132,7 @@ def test_ignored_values_are_said_once_then_at_each_tenfold():
                                "(an earlier value written again)"]
 
 
-def test_memory_is_bounded_to_a_thousand_keys():
+def test_memory_is_bounded():
     signer = Signer(TOKEN, RUN)
     verifier = Verifier(signer)
     for n in range(1500):
@@ -142,8 +142,15 @@ def test_memory_is_bounded_to_a_thousand_keys():
     assert len(verifier.counts()) == 1000
     assert (protocol.progress_key(1499), "unsigned") in verifier.counts()
     assert (protocol.progress_key(0), "unsigned") not in verifier.counts()
-    assert "keys=1000" in repr(verifier)
     assert len(verifier.news()) == 1000
+    # the highest seq of every validly signed key is kept (only the token's holder adds one,
+    # and a key forgotten while polled in turn would lose its replay check), up to its own bound
+    assert "keys=1500" in repr(verifier)
+    small = Verifier(signer, remember_seqs=10)
+    for n in range(20):
+        key = protocol.progress_key(n)
+        small.open(key, signer.sign(key, "1"))
+    assert "keys=10" in repr(small)
 
 
 def test_repr_shows_neither_the_token_nor_the_key():
@@ -274,3 +281,26 @@ def test_a_bad_token_is_refused_in_one_line(tmp_path, case, words):
         assert word in message
     if case == "open file":
         assert message.endswith(f"chmod 600 {path}")
+
+
+def test_a_launch_nonce_keeps_one_launch_s_values_out_of_the_next():
+    """A requeued job keeps its run id: values copied from one launch's store must not open
+    in the next, whose node 0 drew another nonce."""
+    first, later = Signer(TOKEN, RUN, nonce="a1"), Signer(TOKEN, RUN, nonce="b2")
+    key = protocol.WATCH
+    assert reason(Verifier(later), key, first.sign(key, "x")) == "mis-signed"
+    assert Verifier(later).open(key, later.sign(key, "x")) == "x"
+
+
+def test_compare_set_replaces_a_stranger_s_undecodable_value():
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore
+
+    store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                     timeout=timedelta(seconds=5))
+    key = protocol.cause_key(0)
+    store.set(key, b"\xff\xfe")                       # not text: the stranger's bytes
+    signed = SignedStore(store, Signer(TOKEN, RUN))
+    assert signed.compare_set(key, "", "mine") == b"mine"
+    assert signed.get(key) == b"mine"

@@ -245,16 +245,17 @@ class Hub(threading.Thread):
         job ended (its new claim not read yet) would otherwise take the bare close for node
         0's death; the byte tells a stranger nothing it could use."""
         self._halt = True
+        self.join(2.0)   # its loop ends within a turn (0.5 s): nothing is admitted after this
         with self._lock:
-            conns = [*self._conns.values(), *self._unverified]
+            conns = [*self._conns.values(), *self._unverified, *self._pending]
             self._conns.clear()
             self._unverified.clear()
+            self._pending.clear()
         for conn in conns:
             try:
                 conn.send(goodbye.encode()[:1] or b"?")
             except OSError:
                 pass
-        self.join(2.0)
         for conn in conns:
             conn.close()
         self._server.close()

@@ -8,8 +8,10 @@ under ``meshrun/`` (:data:`meshrun.protocol.PREFIX`) is stored as::
 ``seq`` is a decimal number that grows with every value a process signs (it starts from
 the clock in nanoseconds and never goes back, even when the clock does); ``mac`` is the hex
 of the first 16 bytes of HMAC-SHA256 over ``key + "\\n" + seq + "\\n" + payload`` with a key
-derived from the token and the run id (HMAC-SHA256(token, ``"meshrun job v1\\0" + run_id``)):
-a value cannot be moved to another key, another run or another job. The payload is the
+derived from the token, the run id and a nonce of this launch (HMAC-SHA256(token, ``"meshrun
+job v1\\0" + run_id + "\\0" + nonce``)): a value cannot be moved to another key, another run
+or another job, nor, once the nonce is node 0's per-launch one (the wiring must pass it: a
+requeued job keeps its run id), to a later launch of the same run id. The payload is the
 text :mod:`meshrun.protocol` encodes, unchanged (it may hold ``:`` and newlines).
 
 A reader (:class:`Verifier`) ignores a value that is *unsigned* (no ``ms1:`` header, or not
@@ -47,7 +49,11 @@ from .. import protocol
 from ..errors import one_line
 
 VARIABLE, FLAG, MIN_LENGTH = "MESHRUN_JOB_TOKEN", "--token-file", 16
-REMEMBER = 1000  # keys a Verifier remembers (seq and counts), the oldest forgotten first
+REMEMBER = 1000  # keys whose ignored values a Verifier counts, the oldest forgotten first
+# keys whose highest accepted seq it keeps: only validly signed values add one (a stranger
+# cannot grow it), and forgetting a key that is polled in turn would switch its replay check
+# off (a job of 1,024 ranks has 1,024 progress keys)
+REMEMBER_SEQS = 1_000_000
 _HEADER = "ms1:"
 _WHY = {
     "unsigned": "the job token is set; something without it writes to this job's store",
@@ -78,10 +84,10 @@ class Signer:
 
     __slots__ = ("run_id", "_key", "_last", "_lock")
 
-    def __init__(self, token: str, run_id: str) -> None:
+    def __init__(self, token: str, run_id: str, nonce: str = "") -> None:
         self.run_id = run_id
-        self._key = hmac.new(token.encode(), b"meshrun job v1\0" + run_id.encode(),
-                             hashlib.sha256).digest()
+        context = b"meshrun job v1\0" + run_id.encode() + b"\0" + nonce.encode()
+        self._key = hmac.new(token.encode(), context, hashlib.sha256).digest()
         self._last = 0
         self._lock = threading.Lock()
 
@@ -110,8 +116,9 @@ class Verifier:
     """Opens signed values for one reading process: checks the MAC and the replay rule,
     counts what it ignores (memory bounded: ``remember`` keys, the oldest forgotten)."""
 
-    def __init__(self, signer: Signer, remember: int = REMEMBER) -> None:
-        self._signer, self.remember = signer, remember
+    def __init__(self, signer: Signer, remember: int = REMEMBER,
+                 remember_seqs: int = REMEMBER_SEQS) -> None:
+        self._signer, self.remember, self.remember_seqs = signer, remember, remember_seqs
         self._seqs: OrderedDict[str, int] = OrderedDict()
         # key -> reason -> [count, count when last said, the last ignored value]
         self._counts: OrderedDict[str, dict[str, list[Any]]] = OrderedDict()
@@ -142,7 +149,7 @@ class Verifier:
         with self._lock:
             older = seq < self._seqs.get(key, 0)
             if not older:
-                self._keep(self._seqs, key, seq)
+                self._keep(self._seqs, key, seq, self.remember_seqs)
         if older:
             raise self._ignore(key, "replayed", data)
         self._signer.above(seq)
@@ -158,11 +165,13 @@ class Verifier:
                 entry[0], entry[2] = entry[0] + 1, digest
         return Ignored(key, reason)
 
-    def _keep(self, table: OrderedDict[str, Any], key: str, value: Any) -> Any:
-        """``table[key] = value``, the newest; the oldest keys past ``remember`` forgotten."""
+    def _keep(self, table: OrderedDict[str, Any], key: str, value: Any,
+              limit: int | None = None) -> Any:
+        """``table[key] = value``, the newest; the oldest keys past ``limit`` (``remember``)
+        forgotten."""
         table[key] = value
         table.move_to_end(key)
-        while len(table) > self.remember:
+        while len(table) > (self.remember if limit is None else limit):
             table.popitem(last=False)
         return value
 
@@ -241,15 +250,16 @@ class SignedStore:
         if not _ours(key):
             return self.raw.compare_set(key, expected, desired)
         sealed = self.signer.sign(key, desired)
+        compare: str | bytes = expected
         for _ in range(3):
-            now = self.raw.compare_set(key, expected, sealed)
+            now = self.raw.compare_set(key, compare, sealed)
             try:
                 return self._open(key, now)
-            except Ignored:
+            except Ignored as exc:
                 if expected != "":
                     raise
-                expected = protocol.text(now)
-        raise Ignored(key, "unsigned")
+                compare, last = bytes(now), exc   # the stored bytes as they are, not decoded
+        raise last
 
     def add(self, key: str, amount: int) -> int:
         if _ours(key):
