@@ -155,6 +155,15 @@ CATALOG: tuple[Signature, ...] = (
          "job that really runs under mpirun",
          SETUP, "`No module named 'mpi4py'` (its text names both causes)",
          suppresses=("python-module-missing",), also=("deepspeed-outside-launcher",)),
+    sig("cuda-home-malformed", "the CUDA path holds a ':'",
+         [r"'(?P<home>/[^':]*:[^']*)/bin/nvcc'"],
+         lambda h: (f"the build called {h.group('home')}/bin/nvcc: the CUDA toolkit's folder (CUDA_HOME or "
+                    "CUDA_PATH) was set like a PATH list, two folders joined by ':' (export "
+                    "CUDA_HOME=$CUDA_HOME:/usr/local/cuda-X), so no nvcc is found there"),
+         "set CUDA_HOME to one folder (export CUDA_HOME=/usr/local/cuda-12.1; its bin/nvcc "
+         "must exist), then build again",
+         SETUP, "an nvcc path with a ':' in it (`unable to execute '/usr/local/cuda-10.1:/bin/nvcc'`)",
+         suppresses=("deepspeed-no-cuda-compiler",)),
     sig("deepspeed-no-cuda-compiler", "DeepSpeed cannot compile its CUDA ops",
          [r"CUDA_HOME does not exist, unable to compile CUDA op\(s\)",
           r"MissingCUDAException",
@@ -281,6 +290,19 @@ CATALOG: tuple[Signature, ...] = (
          "write each save under a new name, then rename it",
          FAULT, "`OSError: [Errno 39] Directory not empty: '...'` on a checkpoint's folder "
          "(a path naming a checkpoint, ckpt, step or epoch)"),
+    sig("checkpoint-truncated", "the checkpoint file is cut short",
+         [r"PytorchStreamReader failed reading zip archive: failed finding central directory",
+          r"PytorchStreamReader failed reading file \S+: file read failed",
+          r"unexpected EOF, expected \d+ more bytes\. The file might be corrupted"],
+         "a checkpoint file is incomplete: its save was cut short (the disk filled, the process "
+         "was killed while writing, a copy or download did not finish), so torch.load finds no "
+         "zip directory at its end",
+         "resume from the previous checkpoint (move the broken file away); write checkpoints "
+         "to a temporary name and rename them when whole (meshrun's recipes do), and check the "
+         "free space where they go (df -h)",
+         FAULT, "torch.load's `PytorchStreamReader failed reading zip archive: failed finding "
+         "central directory` (and `... failed reading file ...: file read failed`, `unexpected "
+         "EOF, expected N more bytes. The file might be corrupted`)"),
     sig("checkpoint-is-lfs-pointer", "the checkpoint is a Git LFS pointer",
          [r"UnpicklingError: invalid load key, 'v'"],
          "the checkpoint file is a Git LFS pointer (a small text file that begins 'version "
@@ -946,6 +968,24 @@ CATALOG: tuple[Signature, ...] = (
          FAULT, "NCCL's `NET/IB : Got completion from peer ... with error N` (or without the "
          "peer), `IBV_WC_*_ERR`",
          suppresses=("nccl-remote-error",)),
+    sig("gloo-ifname-invalid", "GLOO_SOCKET_IFNAME names no interface",
+         [r"ifa != nullptr\. Unable to find address for: (?P<ifname>\S+)"],
+         lambda h: (f"GLOO_SOCKET_IFNAME={h.group('ifname')} names no interface of this node"
+                    + (": Gloo takes one interface name, not NCCL's '^' exclusions or a list"
+                       if h.group("ifname", "")[:1] == "^" or "," in h.group("ifname", "")
+                       else " (interface names differ between machines and images)")),
+         "set GLOO_SOCKET_IFNAME to the one interface that connects the nodes on this node "
+         "(ip -br addr), or unset it and let meshrun choose per node",
+         SETUP, "Gloo's `ifa != nullptr. Unable to find address for: IFNAME` (tcp/device.cc)"),
+    sig("gloo-hostname-unresolvable", "Gloo cannot resolve this host's name",
+         [r"rp != nullptr\. Unable to find address for: (?P<host>\S+)"],
+         lambda h: (f"Gloo looks up this machine's own hostname ({h.group('host')}) to find the "
+                    "address to listen on, and it does not resolve: a container's or a VM's "
+                    "hostname missing from /etc/hosts and DNS"),
+         "set GLOO_SOCKET_IFNAME to the interface that connects the nodes (ip -br addr; meshrun "
+         "run sets it per node when it can tell), or make the hostname resolve (an /etc/hosts "
+         "line with this host's address)",
+         SETUP, "Gloo's `rp != nullptr. Unable to find address for: HOST` (tcp/device.cc)"),
     sig("gloo-connect-failed", "Gloo could not connect",
          [r"Gloo connectFullMesh failed with (?P<detail>.+)",
           r"Gloo connectFullMesh failed\b",
