@@ -199,6 +199,7 @@ def run_mode(mode: str, args: argparse.Namespace, out: Path) -> dict:
                 pass
         job.kill()
         job_restarts.append(time.time())
+        ending.clear()   # still running past the platform's restart: not measured
         return new_job(attempt)
 
     started = time.time()
@@ -206,6 +207,7 @@ def run_mode(mode: str, args: argparse.Namespace, out: Path) -> dict:
     attempt = 0
     job_restarts: list[float] = []
     failures: list[dict] = []
+    ending: list[dict] = []   # node 0's losses whose job's other nodes have not all exited
     pending: list[tuple[float, int, bool]] = []   # (restart at, node, frozen)
     first = None
     deadline = started + args.steps * PAUSE * 4 + 900
@@ -229,12 +231,14 @@ def run_mode(mode: str, args: argparse.Namespace, out: Path) -> dict:
                     else:
                         job.crash(victim)
                     failures.append({"t": now, "node": victim, "frozen": frozen,
-                                     "last_step": last, "others_end_s": None, "job": job})
+                                     "last_step": last, "others_end_s": None})
+                    if args.victims == "node0":   # its loss ends the job: when did it?
+                        ending.append(failures[-1])
                     pending.append((now + args.back, victim, frozen))
-            for f in failures:   # when every other node of the job it hit had exited
-                if f["others_end_s"] is None and f.get("job") is job and all(
-                        p.poll() is not None for k, p in enumerate(job.procs) if k != f["node"]):
+            for f in list(ending):   # when every other node of the job it hit had exited
+                if all(p.poll() is not None for k, p in enumerate(job.procs) if k != f["node"]):
                     f["others_end_s"] = round(now - f["t"], 2)
+                    ending.remove(f)
             for item in list(pending):
                 at, node, frozen = item
                 if now < at:
@@ -267,7 +271,6 @@ def run_mode(mode: str, args: argparse.Namespace, out: Path) -> dict:
     finally:
         job.kill()
     for f in failures:
-        f.pop("job", None)
         after = [r for r in log if r["t"] > f["t"] + PAUSE + 0.1]
         f["recovery_s"] = round(after[0]["t"] - f["t"], 2) if after else None
         f["resumed_at"] = after[0]["step"] - 1 if after else None
@@ -287,7 +290,7 @@ def run_mode(mode: str, args: argparse.Namespace, out: Path) -> dict:
 def _victim(mode: str, job, rng: random.Random, node0: bool = False) -> int | None:
     """A random non-zero node that is training now (has workers; a spare has none); with
     ``node0``, node 0 when it trains."""
-    alive = [n for n in (range(0, 1) if node0 else range(1, len(job.procs)))
+    alive = [n for n in ((0,) if node0 else range(1, len(job.procs)))
              if job.procs[n].poll() is None and _training(job.procs[n].pid)]
     return rng.choice(alive) if alive else None
 

@@ -191,23 +191,25 @@ def signal_tree(pid: int, sig: int) -> None:
 
 
 def wait_for_text(path: Path, text: str, timeout: float,
-                  procs: Iterable[subprocess.Popen] = (), poll: float = 0.1) -> float | None:
-    """Seconds until ``text`` appears in the file ``path``; None when it did not within
-    ``timeout``, or when one of ``procs`` ended first (the text checked once more then)."""
+                  procs: Iterable[subprocess.Popen] = (), poll: float = 0.1,
+                  times: int = 1) -> float | None:
+    """Seconds until ``text`` appears in the file ``path`` (``times`` times: a node started
+    again appends to its file); None when it did not within ``timeout``, or when one of
+    ``procs`` ended first (the text checked once more then)."""
     started = time.monotonic()
     procs = list(procs)
-    while True:
+
+    def seen() -> bool:
         try:
-            if text in path.read_text(errors="replace"):
-                return time.monotonic() - started
+            return path.read_text(errors="replace").count(text) >= times
         except FileNotFoundError:
-            pass
+            return False
+
+    while True:
+        if seen():
+            return time.monotonic() - started
         if time.monotonic() - started >= timeout or any(p.poll() is not None for p in procs):
-            try:
-                return (time.monotonic() - started
-                        if text in path.read_text(errors="replace") else None)
-            except FileNotFoundError:
-                return None
+            return time.monotonic() - started if seen() else None
         time.sleep(poll)
 
 
@@ -271,7 +273,7 @@ class Nodes:
         # over every node's workers), not each node's worker taking a thread per core of a
         # host its neighbours share (their OpenMP threads then spin against each other: 24 %
         # more CPU for a 2-node recipe job, measured); a value the caller set is kept
-        from .facts.host import usable_cpus
+        from .facts.host import usable_cpus  # lazily, as the module's other meshrun imports
         from .plan.planner import threads_for
 
         threads = threads_for(self.env, nproc, usable_cpus(), nnodes * nproc, nnodes)
@@ -336,12 +338,13 @@ class Nodes:
         return "".join(self.output(r) for r in range(self.nnodes))
 
     def wait_for(self, text: str, node: int = 0, timeout: float = 60,
-                 alive: Sequence[int] | None = None) -> float | None:
-        """Seconds until node ``node`` printed ``text`` (None: not within ``timeout``, or a
-        node ended first without printing it; ``alive``: only these nodes' end counts, e.g.
-        after one was crashed on purpose)."""
+                 alive: Sequence[int] | None = None, times: int = 1) -> float | None:
+        """Seconds until node ``node`` printed ``text`` (``times`` times in its file, which a
+        restart appends to; None: not within ``timeout``, or a node ended first without
+        printing it; ``alive``: only these nodes' end counts, e.g. after one was crashed on
+        purpose)."""
         procs = self.procs if alive is None else [self.procs[k] for k in alive]
-        return wait_for_text(self.out(node), text, timeout, procs)
+        return wait_for_text(self.out(node), text, timeout, procs, times=times)
 
     def wait(self, timeout: float = 120) -> list[int | None]:
         """Every node's exit code (None: still running after ``timeout`` seconds in all; it

@@ -80,7 +80,7 @@ def resolver_for_agent(argv: Sequence[str], environ: dict[str, str] | None = Non
         env.pop(_MARK, None)
         env.pop("RES_OPTIONS", None)
         return
-    if "RES_OPTIONS" in env or not _has_res_init():
+    if "RES_OPTIONS" in env or _res_init() is None:
         return
     import sys
 
@@ -99,10 +99,6 @@ def _res_init():
         return getattr(ctypes.CDLL(None), "__res_init", None)
     except OSError:
         return None
-
-
-def _has_res_init() -> bool:
-    return _res_init() is not None
 
 
 def load_resolver() -> bool:

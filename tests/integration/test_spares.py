@@ -270,11 +270,8 @@ def test_a_users_trainer_script_goes_on_through_a_takeover_and_a_shrink(tmp_path
 def _until_said(nodes: Nodes, text: str, times: int, node: int, alive: tuple[int, ...],
                 timeout: float = 60) -> None:
     """Until node ``node`` has printed ``text`` ``times`` times (the nodes in ``alive`` up)."""
-    deadline = time.monotonic() + timeout
-    while nodes.output(node).count(text) < times:
-        assert time.monotonic() < deadline and all(nodes.procs[k].poll() is None
-                                                   for k in alive), nodes.outputs()[-4000:]
-        time.sleep(0.05)
+    assert nodes.wait_for(text, node=node, timeout=timeout, alive=alive, times=times) \
+        is not None, nodes.outputs()[-4000:]
 
 
 WAIT_FOR_STOP = """\

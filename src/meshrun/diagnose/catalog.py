@@ -65,6 +65,11 @@ LAUNCHER_FIX = ("start it through a launcher: meshrun run -- train.py (it sets R
                       "or meshrun simulate to try several nodes on one machine")
 
 
+CHECKPOINT_RACE_FIX = ("do the checkpoint clean-up and renames on one process only (if "
+                       "global rank 0; on a shared filesystem not each node's local rank 0; "
+                       "HF Trainer: save_on_each_node=False)")
+
+
 CATALOG: tuple[Signature, ...] = (
     # -- setup ------------------------------------------------------------------------------
     sig("preflight-mismatch", "nodes differ (preflight)",
@@ -157,12 +162,14 @@ CATALOG: tuple[Signature, ...] = (
          suppresses=("python-module-missing",), also=("deepspeed-outside-launcher",)),
     sig("cuda-home-malformed", "the CUDA path holds a ':'",
          [r"'(?P<home>/[^':]*:[^']*)/bin/nvcc'"],
-         lambda h: (f"the build called {h.group('home')}/bin/nvcc: the CUDA toolkit's folder (CUDA_HOME or "
-                    "CUDA_PATH) was set like a PATH list, two folders joined by ':' (export "
-                    "CUDA_HOME=$CUDA_HOME:/usr/local/cuda-X), so no nvcc is found there"),
+         lambda h: (f"the build called {h.group('home')}/bin/nvcc: the CUDA toolkit's folder "
+                    "(CUDA_HOME or CUDA_PATH) was set like a PATH list, two folders joined by "
+                    "':' (export CUDA_HOME=$CUDA_HOME:/usr/local/cuda-X), so no nvcc is found "
+                    "there"),
          "set CUDA_HOME to one folder (export CUDA_HOME=/usr/local/cuda-12.1; its bin/nvcc "
          "must exist), then build again",
-         SETUP, "an nvcc path with a ':' in it (`unable to execute '/usr/local/cuda-10.1:/bin/nvcc'`)",
+         SETUP, "an nvcc path with a ':' in it (`unable to execute "
+         "'/usr/local/cuda-10.1:/bin/nvcc'`)",
          suppresses=("deepspeed-no-cuda-compiler",)),
     sig("deepspeed-no-cuda-compiler", "DeepSpeed cannot compile its CUDA ops",
          [r"CUDA_HOME does not exist, unable to compile CUDA op\(s\)",
@@ -270,9 +277,8 @@ CATALOG: tuple[Signature, ...] = (
                     f"({h.group('path')}): the output folder is shared and every rank (or every "
                     "node's rank 0) runs the save's clean-up; the first one wins and the others "
                     "find it gone"),
-         "do the checkpoint clean-up and renames on one process only (if global rank 0; on a "
-         "shared filesystem not each node's local rank 0; HF Trainer: save_on_each_node=False); "
-         "transformers 4.36.0 had this bug for tmp-checkpoint folders: upgrade",
+         CHECKPOINT_RACE_FIX + "; transformers 4.36.0 had this bug for tmp-checkpoint "
+         "folders: upgrade",
          FAULT, "`FileNotFoundError: ... No such file or directory: '...checkpoint...'` where "
          "the same log shows the path being removed or renamed (`shutil.rmtree`, `os.rename`, "
          "`'tmp-checkpoint-N' -> 'checkpoint-N'`)",
@@ -280,14 +286,13 @@ CATALOG: tuple[Signature, ...] = (
                  r"' -> '|Deleting older checkpoint"),
     # the same race seen from the remover: the folder filled again while it was removed
     sig("checkpoint-multi-rank-race", "ranks removing the same checkpoint",
-         [r"\[Errno 39\] Directory not empty: '(?P<path>[^']*(?i:checkpoint|ckpt|step|epoch)[^']*)'"],
+         [r"\[Errno 39\] Directory not empty: "
+          r"'(?P<path>[^']*(?i:checkpoint|ckpt|step|epoch)[^']*)'"],
          lambda h: (f"a folder ({h.group('path')}) was removed or renamed while another process "
                     "wrote into it: the checkpoint folder is shared and more than one rank (or "
                     "every node's rank 0) saves or cleans it up; or it was renamed onto a folder "
                     "of that name that exists and is not empty"),
-         "do the checkpoint clean-up and renames on one process only (if global rank 0; on a "
-         "shared filesystem not each node's local rank 0; HF Trainer: save_on_each_node=False); "
-         "write each save under a new name, then rename it",
+         CHECKPOINT_RACE_FIX + "; write each save under a new name, then rename it",
          FAULT, "`OSError: [Errno 39] Directory not empty: '...'` on a checkpoint's folder "
          "(a path naming a checkpoint, ckpt, step or epoch)"),
     sig("checkpoint-truncated", "the checkpoint file is cut short",
@@ -476,9 +481,9 @@ CATALOG: tuple[Signature, ...] = (
     sig("nccl-version-differs", "nodes run different NCCL versions",
          [r"NCCL version (?P<version>\d+\.\d+\.\d+)"],
          lambda h: ("the ranks run different NCCL versions (the logs show NCCL "
-                    f"{' and '.join(nccl_versions(h.job_text))}): NCCL's messages between ranks are "
-                    "not compatible across versions, and a mix fails in set-up or in the first "
-                    "collective with internal or system errors"),
+                    f"{' and '.join(nccl_versions(h.job_text))}): NCCL's messages between "
+                    "ranks are not compatible across versions, and a mix fails in set-up or in "
+                    "the first collective with internal or system errors"),
          "install the same NCCL on every node (the same image, or the same nvidia-nccl-cu* "
          "wheel; a system libnccl may shadow the wheel's: check LD_LIBRARY_PATH); meshrun's "
          "preflight compares torch's NCCL version across nodes",

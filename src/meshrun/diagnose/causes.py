@@ -4,6 +4,7 @@ and the formats meshrun itself prints (the watchdog's lines, its failure report)
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -288,10 +289,13 @@ def _nccl_version(text: str) -> tuple[int, int, int]:
     return major, minor, patch
 
 
-def nccl_versions(text: str) -> list[str]:
-    """The NCCL versions the logs name (``NCCL version X.Y.Z``), oldest first."""
+@functools.lru_cache(maxsize=1)
+def nccl_versions(text: str) -> tuple[str, ...]:
+    """The NCCL versions the logs name (``NCCL version X.Y.Z``), oldest first. Asked once for
+    every rank's version line of one diagnosis, with the same text: read once (a str's hash
+    is kept, so the cache's lookup costs nothing; the last text is held until the next)."""
     found = {_nccl_version(v) for v in re.findall(r"NCCL version (\d+\.\d+\.\d+)", text)}
-    return [".".join(map(str, v)) for v in sorted(found)]
+    return tuple(".".join(map(str, v)) for v in sorted(found))
 
 
 def nccl_versions_differ(match: re.Match, job_text: str) -> bool:

@@ -270,7 +270,10 @@ class SignedStore:
         return self.raw.check(keys)
 
     def wait(self, keys: list[str], timeout: Any = None) -> None:
-        self.raw.wait(keys) if timeout is None else self.raw.wait(keys, timeout)
+        if timeout is None:
+            self.raw.wait(keys)
+        else:
+            self.raw.wait(keys, timeout)
 
 
 def _refuse(message: str, fix: str) -> ValueError:
