@@ -5,7 +5,8 @@
     python3 .ci/fresh_machine.py wheel    # a built wheel, installed non-editable, runs a job
     python3 .ci/fresh_machine.py tests    # README command 2 in an empty venv (the whole suite)
     python3 .ci/fresh_machine.py all      # the three (what .ci/run does): the suite's install
-                                          # beside the demo and the wheel, its run after them
+                                          # beside the demo, then the wheel in the demo's
+                                          # environment; the suite's run after them
 
 The commands are read from README.md ("## Quick start", the first ```bash block: its
 non-comment lines, exactly two), never copied here, so the README cannot drift from
@@ -19,7 +20,6 @@ Exit 0 when every check passed; otherwise one line says which failed and why.
 
 from __future__ import annotations
 
-import concurrent.futures
 import glob
 import os
 import re
@@ -87,8 +87,9 @@ def losses(text: str) -> list[float]:
     return [float(m.group(3)) for m in STEP.finditer(text)]
 
 
-def check_demo(work: Path) -> None:
-    """README command 1, exactly as written, in an empty venv and a fresh clone."""
+def check_demo(work: Path) -> dict[str, str]:
+    """README command 1, exactly as written, in an empty venv and a fresh clone; the
+    environment it ran in."""
     first, _ = readme_commands()
     clone = work / "clone"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
@@ -101,12 +102,18 @@ def check_demo(work: Path) -> None:
                          f"{work / 'demo.log'})")
     print(f"fresh_machine: the demo trained: loss {found[0]} -> {found[-1]} "
           f"({len(found)} logged steps)", flush=True)
+    return env
 
 
-def check_wheel(work: Path) -> None:
-    """A wheel built from the tree, installed non-editable in an empty venv, runs a job
-    from a folder far from the source: entry point, package data and imports without
-    the source tree."""
+def check_wheel(work: Path, env: dict[str, str] | None = None) -> None:
+    """A wheel built from the tree, installed non-editable, runs a job from a folder far
+    from the source: entry point, package data and imports without the source tree.
+
+    ``env``: the demo's environment, where README command 1 installed meshrun (editable)
+    with its dependencies from the same pyproject.toml: the wheel replaces that install
+    (``--force-reinstall --no-deps``; ``pip check`` then proves its dependencies are all
+    there), which spares a third install of torch (23 CPU-s of CI's pre-phase). Without it
+    (``fresh_machine.py wheel``), an empty venv of its own gets torch and the wheel."""
     dist = work / "dist"
     # built from a clone: a build writes into its source tree (build/, *.egg-info), and the
     # suite's `pip install -e .` runs in this one at the same time
@@ -118,11 +125,15 @@ def check_wheel(work: Path) -> None:
     wheels = glob.glob(str(dist / "meshrun-*.whl"))
     if len(wheels) != 1:
         raise SystemExit(f"fresh_machine: expected one meshrun wheel in {dist}, found {wheels}")
-    env = venv(work / "venv-wheel")
     elsewhere = work / "elsewhere"
     elsewhere.mkdir()
-    shell(f"pip install -q torch==2.13.0 {wheels[0]}", env, elsewhere, work / "wheel-install.log",
-          timeout=900)
+    if env is None:
+        env = venv(work / "venv-wheel")
+        shell(f"pip install -q torch==2.13.0 {wheels[0]}", env, elsewhere,
+              work / "wheel-install.log", timeout=900)
+    else:
+        shell(f"pip install -q --force-reinstall --no-deps {wheels[0]} && pip check", env,
+              elsewhere, work / "wheel-install.log", timeout=900)
     where = subprocess.run(["python", "-c", "import meshrun; print(meshrun.__file__)"],
                            env=env, cwd=elsewhere, capture_output=True, text=True, check=True)
     if "site-packages" not in where.stdout or str(ROOT) in where.stdout:
@@ -192,18 +203,13 @@ def main(argv: list[str]) -> int:
         for sub in ("demo", "wheel", "tests"):
             (work / sub).mkdir()
         if what == "all":
-            # The three are independent (own venvs, folders, free ports): the demo and the
-            # wheel run side by side while the suite's environment installs; the suite
-            # starts only once both are over (docs/testing.md).
+            # The suite's environment installs while the demo runs and then the wheel, in
+            # the demo's environment; the suite starts only once both are over
+            # (docs/testing.md). A failed check ends the suite's install at once.
             gate = work / "tests" / "start"
             tests, command = start_tests(work / "tests", argv[1:], gate=gate)
             try:
-                both = concurrent.futures.ThreadPoolExecutor(2)
-                checks = [both.submit(check_demo, work / "demo"),
-                          both.submit(check_wheel, work / "wheel")]
-                for done in concurrent.futures.as_completed(checks):
-                    done.result()   # a failed check is raised as it ends, not after the other
-                both.shutdown()
+                check_wheel(work / "wheel", env=check_demo(work / "demo"))
                 gate.touch()
                 finish_tests(tests, command)
             except BaseException:

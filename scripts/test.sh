@@ -31,19 +31,24 @@ PY=${PYTHON:-python3}
 # project's machines the pin resolves to a local CPU build; on stock PyPI (Linux x86_64) it
 # is the CUDA build: there, install the CPU build first from
 # https://download.pytorch.org/whl/cpu (README, Quick start).
-"$PY" -m pip install -q --disable-pip-version-check "torch==2.13.0"
-"$PY" -m pip install -q --disable-pip-version-check -e '.[test]'
-# Bytecode for meshrun's own modules, as a regular (non-editable) install writes it: every
-# agent and worker the suite starts would otherwise compile them again (where
-# PYTHONDONTWRITEBYTECODE is set, as on the project's machines, nothing ever caches them).
+#
+# Bytecode: pip compiles every module it installs (torch and the test extras: 32 of the
+# 64 CPU-s of these two installs here), though the suite imports a fraction of them; the
+# suite's processes instead write the bytecode of what they import, once, as they import
+# it (PYTHONDONTWRITEBYTECODE, set on the project's machines, is lifted for the suite only:
+# with it, nothing was ever cached and every agent and worker compiled meshrun's modules
+# again). meshrun's own modules are compiled up front, as a regular install does.
+"$PY" -m pip install -q --disable-pip-version-check --no-compile "torch==2.13.0"
+"$PY" -m pip install -q --disable-pip-version-check --no-compile -e '.[test]'
 "$PY" -m compileall -q src/meshrun >/dev/null
+unset PYTHONDONTWRITEBYTECODE
 # DeepSpeed ships only an sdist whose setup.py imports torch: build it against the torch
 # above (an isolated build would pull a CUDA torch), without its CUDA ops. Its own config
 # class checks `meshrun render deepspeed`.
 python_has() { "$PY" -c "import $1" >/dev/null 2>&1; }
 if ! python_has deepspeed; then
   "$PY" -m pip install -q --disable-pip-version-check setuptools wheel
-  DS_BUILD_OPS=0 "$PY" -m pip install -q --disable-pip-version-check --no-build-isolation \
+  DS_BUILD_OPS=0 "$PY" -m pip install -q --disable-pip-version-check --no-compile --no-build-isolation \
     "deepspeed>=0.17"
 fi
 # The suite mostly waits (node agents, timeouts, a 5-minute soak): 5 workers overlap the
@@ -55,9 +60,9 @@ if [ "$workers" = 0 ]; then
   exec "$PY" -m pytest -q "$@"
 fi
 # pytest rewrites every test module's asserts as it imports it and caches the result as
-# bytecode, which PYTHONDONTWRITEBYTECODE forbids: each of the workers (and the controller)
-# rewrote all of them again, 7.5 CPU-s apiece. One collection with the cache allowed writes
-# it (while CI's demo still runs: not behind its gate); every process then reads it (3.2 s).
-env -u PYTHONDONTWRITEBYTECODE -u MESHRUN_TEST_START_AFTER "$PY" -m pytest --collect-only -q -p no:cacheprovider \
+# bytecode: one collection first writes it (while CI's demo still runs: not behind its
+# gate), so the workers and the controller read it (3.2 s) instead of each rewriting all
+# of them at once (7.5 CPU-s apiece).
+env -u MESHRUN_TEST_START_AFTER "$PY" -m pytest --collect-only -q -p no:cacheprovider \
   >/dev/null 2>&1 || true
 exec "$PY" -m pytest -q -n "$workers" --dist loadgroup --no-loadscope-reorder "$@"
