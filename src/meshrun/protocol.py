@@ -9,6 +9,7 @@ and bytes in and out, never a store call. docs/architecture.md has the same tabl
 key                                written by               payload
 =================================  =======================  ==========================
 ``meshrun/run_id``                 node 0, at start         the run id (text)
+``meshrun/nonce``                  node 0, with a token     this launch's nonce (text)
 ``meshrun/nnodes``                 node 0, at start         the node count (int)
 ``meshrun/node/<node>``            each node, its claim     :class:`NodeClaim`
 ``meshrun/joined``                 each node, once          counter
@@ -34,6 +35,11 @@ key                                written by               payload
 ``meshrun/leave/<a>/in``           every worker, leaving    counter, in the group's store
 ``meshrun/leave/<a>/out``          every worker, left       counter, in the group's store
 =================================  =======================  ==========================
+
+With a job token (:mod:`meshrun.signing`) every value of meshrun's own above is
+signed, and each counter gets a signed mark per node beside it (``<key>/<node>``, "1"):
+readers decide on the marks, the counter is only a hint. ``run_id`` and ``nnodes`` stay
+plain (a node reads them before it knows the nonce).
 
 ``<r>`` is the rendezvous round: 0 at the start, one more for each restart of the workers
 (:mod:`meshrun.runtime.rendezvous`). ``<g>`` is the hang generation: the number of hangs
@@ -103,9 +109,16 @@ def hang_seen_key(gen: int) -> str:
     return f"{PREFIX}hang_seen/{gen}"
 
 
+ROUNDS = PREFIX + "round/"
+#: meshrun's own keys under a round's prefix (the rest there is torch's agent's)
+ROUND_OWN = ("arrived", "ready", "workers")
+#: node 0's per-launch nonce, signed (only with a job token: meshrun/signing.py)
+NONCE = PREFIX + "nonce"
+
+
 def round_prefix(rnd: int) -> str:
     """What torch's agent writes for round ``rnd`` goes under this prefix."""
-    return f"{PREFIX}round/{rnd}/"
+    return f"{ROUNDS}{rnd}/"
 
 
 def round_arrived_key(rnd: int) -> str:

@@ -23,6 +23,7 @@ ALLOWED = {
     "errors": set(),
     "redact": set(),
     "protocol": set(),
+    "signing": {"errors", "protocol"},  # the job token: HMACs over the store's values
     "sockets": set(),
     "outfile": {"errors"},  # files the user named: written whole, read only if regular
     # nodes on loopback for the tests and the benchmarks; their threads by the planner's rule
@@ -35,9 +36,9 @@ ALLOWED = {
     "diagnose": {"errors", "redact"},
     "render": {"errors", "topology", "plan", "job", "outfile"},  # --patch read via outfile
     "reports": {"errors", "redact", "plan", "diagnose", "runtime", "outfile"},  # report.html
-    "worker": {"errors", "job", "protocol", "sockets"},
+    "worker": {"errors", "job", "protocol", "signing", "sockets"},
     "recipes": {"errors", "job", "worker"},
-    "runtime": {"errors", "redact", "protocol", "sockets", "topology", "facts", "job", "nccl", "plan", "diagnose",
+    "runtime": {"errors", "redact", "protocol", "signing", "sockets", "topology", "facts", "job", "nccl", "plan", "diagnose",
                 "render", "reports", "recipes", "worker"},
     "cli": None,  # the top: anything
     "__init__": {"worker"},  # meshrun.init_distributed / meshrun.progress, on first use

@@ -1,4 +1,4 @@
-"""The job token (meshrun.runtime.signing): values signed, checked, replays caught, strangers
+"""The job token (meshrun.signing): values signed, checked, replays caught, strangers
 ignored and said once; against torch's real TCPStore."""
 
 from __future__ import annotations
@@ -10,12 +10,17 @@ from datetime import timedelta
 import pytest
 
 from meshrun import protocol
-from meshrun.runtime.signing import (
+from meshrun.errors import UsageError
+from meshrun.signing import (
     Ignored,
     SignedStore,
     Signer,
+    Signing,
     Verifier,
+    ignored,
     new_token,
+    tallied,
+    tally,
     token_from,
 )
 
@@ -192,11 +197,14 @@ def test_a_forged_value_in_a_real_store_is_ignored(tcp_store, node):
     writer, reader = node(), node()
     writer.set(protocol.heartbeat_key(2), "beat 1")
     tcp_store.set(protocol.hang_seen_key(0), "watch: node 1 lost")   # a stranger's write
-    with pytest.raises(Ignored) as caught:
-        reader.get(protocol.hang_seen_key(0))
-    assert caught.value.reason == "unsigned"
-    assert reader.multi_get([protocol.hang_seen_key(0), protocol.heartbeat_key(2)]) == \
-        [None, b"beat 1"]
+    got = reader.get(protocol.hang_seen_key(0))
+    assert ignored(got) and got == b"<ignored unsigned value: 'watch: node 1 lost'>"
+    forged, beat = reader.multi_get([protocol.hang_seen_key(0), protocol.heartbeat_key(2)])
+    assert ignored(forged) and beat == b"beat 1" and not ignored(beat)
+    for decode in (protocol.Watch.decode, protocol.Heartbeat.decode, protocol.Progress.decode,
+                   protocol.Endpoint.decode, protocol.Cause.decode, protocol.Probe.decode):
+        with pytest.raises((ValueError, *protocol.BAD_VALUE)):   # no reader takes it
+            decode(got)
     assert reader.verifier.news() == [
         "meshrun: ignored 1 unsigned write to meshrun/hang_seen/0 (the job token is set; "
         "something without it writes to this job's store)"]
@@ -210,8 +218,50 @@ def test_keys_outside_meshrun_pass_through_and_counters_are_refused(tcp_store, n
     assert store.multi_get(["torchelastic/x"]) == [b"plain"]
     assert store.add("torchelastic/count", 2) == 2
     assert store.compare_set("torchelastic/first", "", "me") == b"me"
-    with pytest.raises(TypeError, match="a counter cannot be signed: use per-node keys"):
+    with pytest.raises(TypeError, match="a counter cannot be signed: use tally"):
         store.add(protocol.JOINED, 1)
+    # torch's agent keeps its own keys under a round's prefix: never signed
+    store.set(protocol.round_prefix(3) + "torchelastic/agent/x", "plain")
+    assert tcp_store.get(protocol.round_prefix(3) + "torchelastic/agent/x") == b"plain"
+    store.set(protocol.round_workers_key(3), "h 1")
+    assert tcp_store.get(protocol.round_workers_key(3)).startswith(b"ms1:")
+
+
+def test_a_counter_counts_only_the_nodes_whose_signed_mark_is_there(tcp_store, node):
+    """Issue 21: one ``add`` on a round's arrivals made a round look complete. With a token
+    the counter is a hint; the nodes counted are those whose signed mark is there."""
+    key = protocol.round_arrived_key(7)
+    a, b = node(), node()
+    assert tally(a, key, 0) == 1
+    assert tallied(b, key, [0, 1], need=2) == 1          # below the need: the counter alone
+    tcp_store.add(key, 1)                                 # a stranger's add
+    assert tallied(b, key, [0, 1], need=2) == 1           # at the need: the marks decide
+    tcp_store.set(f"{key}/1", "1")                        # and a forged mark
+    assert tallied(b, key, [0, 1], need=2) == 1
+    assert tally(a, key, 1) == 3
+    assert tallied(b, key, [0, 1], need=2) == 2
+    news = b.verifier.news()
+    assert "meshrun: ignored 1 unsigned write to meshrun/round/7/arrived/1 (the job token is " \
+        "set; something without it writes to this job's store)" in news
+    assert any(line.startswith("meshrun: ignored 2 unsigned writes to meshrun/round/7/arrived ")
+               for line in news), news                   # the adds, counted once per value
+    # a plain store (no token): the counter, as before
+    plain = protocol.round_arrived_key(8)
+    assert tally(tcp_store, plain, 0) == 1 and tallied(tcp_store, plain, [0, 1], 2) == 1
+
+
+def test_a_liveness_link_s_proof_needs_the_job_token():
+    """A link carries an HMAC of its claim's token (anyone reading the store reads the
+    claim): another rank, claim, token or launch gives another proof."""
+    signing = Signing(Signer(TOKEN, RUN, nonce="n1"))
+    proof = signing.link_token(1, "abcd1234")
+    assert len(proof) == 8 and proof == signing.link_token(1, "abcd1234")
+    assert proof not in {signing.link_token(2, "abcd1234"), signing.link_token(1, "abcd1235"),
+                         Signing(Signer(TOKEN + "x", RUN, nonce="n1")).link_token(1, "abcd1234"),
+                         Signing(Signer(TOKEN, RUN, nonce="n2")).link_token(1, "abcd1234")}
+    worker = Signer.from_key(signing.signer.key_hex, RUN)       # a worker's, from MESHRUN_JOB_KEY
+    value = worker.sign(protocol.progress_key(0), "3 1.0")
+    assert Verifier(signing.signer).open(protocol.progress_key(0), value) == "3 1.0"
 
 
 def test_compare_set_first_signed_writer_wins(tcp_store, node):
@@ -273,14 +323,15 @@ def test_a_bad_token_is_refused_in_one_line(tmp_path, case, words):
         path = str(tmp_path / "missing")
     else:
         path = str(tmp_path)
-    with pytest.raises(ValueError) as caught:
+    with pytest.raises(UsageError) as caught:
         token_from(env, path)
-    message = str(caught.value)
+    message = caught.value.line()
+    assert caught.value.exit_code == 2 and caught.value.code == "job-token-invalid"
     assert "\n" not in message and "s3cr3t" not in message and TOKEN not in message
     for word in words:
         assert word in message
     if case == "open file":
-        assert message.endswith(f"chmod 600 {path}")
+        assert f"fix: chmod 600 {path}" in message
 
 
 def test_a_launch_nonce_keeps_one_launch_s_values_out_of_the_next():

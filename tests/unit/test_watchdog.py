@@ -158,13 +158,17 @@ def _job(nnodes: int = 2, clock=None, **kw):
 
     master = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
                       timeout=timedelta(seconds=5))
-    master.set(protocol.WATCH, protocol.Watch(0).encode())
+    signing = kw.get("signing")  # a job token's: every value signed, every watchdog reads so
+    first = signing.wrap(master) if signing is not None else master
+    first.set(protocol.WATCH, protocol.Watch(0).encode())
     for node in range(nnodes):
-        master.set(protocol.heartbeat_key(node), protocol.Heartbeat(0).encode())
-        master.set(protocol.node_key(node),
-                   protocol.NodeClaim(f"h{node}", 100 + node, f"tok{node}").encode())
+        first.set(protocol.heartbeat_key(node), protocol.Heartbeat(0).encode())
+        first.set(protocol.node_key(node),
+                  protocol.NodeClaim(f"h{node}", 100 + node, f"tok{node}").encode())
     events: dict[int, list] = {n: [] for n in range(nnodes)}
     extra = {"clock": clock} if clock is not None else {}
+    if signing is not None:
+        extra["signing"] = signing
     if "notices" in kw:
         extra["on_notice"] = kw["notices"].append
     spares = kw.get("spares", 0)
@@ -819,6 +823,52 @@ def test_a_watch_key_holding_no_watch_is_no_sign_of_life_and_is_named():
     assert "which hosts the job's store, is lost" in line and \
         "its watch (meshrun/watch) last held 'garbage', which is no meshrun value" in line, line
     dog1.stop("stopped")
+
+
+@pytest.mark.parametrize("token", [True, False])
+def test_forged_watch_and_goodbye_are_ignored_and_said_once_with_a_job_token(token):
+    """Issue 21: a plain TCPStore client writing a well-formed watch that lists node 1 lost
+    made node 1 stop blaming itself; a forged "failed" goodbye in node 1's heartbeat ended the
+    job "because node 1 failed". With a job token both are ignored (nobody fires, nobody is
+    blamed) and each node says once what it ignored; without one (the other case) the same
+    writes do stop the job, as docs/security.md says. (Overwriting a node's heartbeat for
+    longer than the node timeout still makes it count as lost, its line naming the unsigned
+    values: docs/security.md.)"""
+    from meshrun import protocol
+    from meshrun.signing import Signer, Signing
+
+    clock = Clock()
+    signing = Signing(Signer("a-job-token-of-some-length", "run", "nonce")) if token else None
+    master, dogs, events = _job(2, clock=clock, signing=signing)
+    warned: dict[int, list] = {0: [], 1: []}
+    for node, dog in enumerate(dogs):
+        dog.on_warning = warned[node].append
+        dog.begin()
+    _beats(dogs, clock, 1.0)
+    forged_watch = protocol.Watch(999, lost=((1, 99.0),)).encode()
+    forged_goodbye = protocol.Heartbeat(999, "failed").encode()
+    try:
+        for _ in range(10):  # 2 s, as in the issue (node timeout 3 s): each node reads the
+            clock.now += 0.2  # stranger's write before the other node's own overwrites it
+            master.set(protocol.WATCH, forged_watch)
+            if dogs[1].event is None:
+                dogs[1].beat()
+            master.set(protocol.heartbeat_key(1), forged_goodbye)
+            if dogs[0].event is None:
+                dogs[0].beat()
+        _beats(dogs, clock, 2.0, until=lambda: bool(events[0] or events[1]))
+        if not token:
+            assert events[0] or events[1]   # the attack works without a token
+            return
+        assert not events[0] and not events[1], events
+        assert 1 not in dogs[0].goodbyes and not dogs[1].goodbyes
+        assert any(line.startswith("meshrun: ignored ") and "unsigned" in line and
+                   "to meshrun/watch (the job token is set" in line for line in warned[1]), warned
+        assert any("unsigned" in line and "to meshrun/hb/1 " in line for line in warned[0]), warned
+        assert len(warned[0]) <= 2 and len(warned[1]) <= 2   # once (and again at 10x as many)
+    finally:
+        for dog in dogs:
+            dog.stop("stopped")
 
 
 def test_a_hang_timeout_with_nothing_to_watch_is_said_at_the_end_by_node_0_only():

@@ -15,7 +15,7 @@ import sys
 from ..errors import EXIT_STARTUP
 from ..runtime.planning import plan_here
 from .base import Context, Verb
-from .options import add_node_flags, flags_from
+from .options import add_node_flags, add_token_flag, flags_from, job_token
 
 
 class DoctorVerb(Verb):
@@ -33,15 +33,18 @@ class DoctorVerb(Verb):
                             help="with --all-nodes: PATH must exist on every node (repeatable)")
         parser.add_argument("--checkpoint-dir", metavar="DIR", default="checkpoints",
                             help="where checkpoints will go, for the free-space check")
+        add_token_flag(parser)
 
     def run(self, ctx: Context) -> int:
         from ..runtime import doctor
 
         a = ctx.args
+        token = job_token(ctx.env, a)
         plan = plan_here(ctx.env, flags_from(a))
-        checks = doctor.local_checks(plan, dict(ctx.env), checkpoint_dir=a.checkpoint_dir)
+        checks = doctor.local_checks(plan, dict(ctx.env), checkpoint_dir=a.checkpoint_dir,
+                                     token=token)
         if a.all_nodes and plan.nnodes > 1:
-            checks += _all_nodes(plan, a)
+            checks += _all_nodes(plan, a, token)
             if not any(c.severity == "error" for c in checks):
                 checks += _node_check(plan, ctx)
         order = {"error": 0, "warning": 1, "info": 2}
@@ -57,20 +60,21 @@ class DoctorVerb(Verb):
         return EXIT_STARTUP if any(c.severity == "error" for c in checks) else 0
 
 
-def _all_nodes(plan, args: argparse.Namespace) -> list:
+def _all_nodes(plan, args: argparse.Namespace, token: str | None) -> list:
     from ..runtime import doctor, preflight
     from ..runtime.store import join, open_store, store_errors
+    from ..signing import wrap
 
     real_stdout = sys.stdout
     if args.json:
         sys.stdout = sys.stderr  # progress lines ("waiting for nodes") stay off the JSON
     job = None
     try:
-        job = open_store(plan)
+        job = open_store(plan, token=token)
         with store_errors(plan, job.port, "checking the nodes (doctor --all-nodes)"):
             join(job, plan)
             mine = preflight.fingerprint(plan, require_paths=tuple(args.require_path))
-            verdict = preflight.exchange(job.store, plan, mine,
+            verdict = preflight.exchange(wrap(job.store, job.signing), plan, mine,
                                          timeout_s=min(plan.join_timeout, 120))
     finally:
         sys.stdout = real_stdout
@@ -118,6 +122,7 @@ def _node_check(plan, ctx: Context) -> list:
     run_id = f"{plan.run_id}-nodecheck"
     log_root = os.path.dirname(os.path.normpath(plan.log_dir)) or "."
     dests = [dest_of(f) for f in NODE_FLAGS if dest_of(f) not in ("run_id", "log_dir")]
+    dests.append("token_file")  # MESHRUN_JOB_TOKEN travels in the environment
     argv = [sys.executable, "-m", "meshrun", "run", *options_argv(ctx.parser, a, dests),
             "--run-id", run_id, "--log-dir", log_root, "--no-preflight", "--hang-timeout", "0",
             "--slow-window", "0", "-m", "meshrun.worker.nodecheck"]

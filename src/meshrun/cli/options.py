@@ -86,6 +86,21 @@ def add_watch_flags(parser: argparse.ArgumentParser) -> None:
                             else f"{meta['help']} (default {meta['default']:g})")
 
 
+def add_token_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--token-file", metavar="PATH", default=None,
+                        help="the job token, the same secret on every node (or "
+                             "MESHRUN_JOB_TOKEN): every value meshrun writes to the job's "
+                             "store is signed, and what is not is ignored (docs/security.md)")
+
+
+def job_token(ctx_env, args: argparse.Namespace) -> str | None:
+    """The job token from ``--token-file`` or MESHRUN_JOB_TOKEN (None: none); a bad one
+    is a usage error (exit 2) before anything starts."""
+    from ..signing import token_from
+
+    return token_from(ctx_env, getattr(args, "token_file", None))
+
+
 def add_preflight_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-preflight", action="store_true",
                         help="skip the cross-node check of code, versions, packages and devices")

@@ -19,8 +19,10 @@ from .options import (
     add_node_check_flag,
     add_node_flags,
     add_preflight_flags,
+    add_token_flag,
     add_watch_flags,
     flags_from,
+    job_token,
     restarts,
     shown_ranks,
     supervision,
@@ -63,11 +65,13 @@ class RunVerb(Verb):
         add_node_check_flag(parser)
         add_console_flags(parser)
         add_job_flags(parser)
+        add_token_flag(parser)
 
     def run(self, ctx: Context) -> int:
         from ..runtime.launch import run
 
         a = ctx.args
+        token = job_token(ctx.env, a)
         job, cmd = job_input(ctx.command(), recipe=a.recipe, config=a.config, sets=a.set,
                              checkpoint_dir=a.checkpoint_dir)
         cmd = ctx.require(cmd, self.name)
@@ -83,7 +87,7 @@ class RunVerb(Verb):
         code = run(plan, env=ctx.env, max_restarts=restarts(a, ctx.env),
                    preflight=not a.no_preflight, require_paths=tuple(a.require_path),
                    supervision=supervision(a, ctx.env), verbose=a.verbose, shown=shown,
-                   timestamps=a.timestamps)
+                   timestamps=a.timestamps, token=token)
         if plan.node_rank == 0:
             _write_page(plan.log_dir)
         return code

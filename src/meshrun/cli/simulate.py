@@ -17,7 +17,9 @@ from .options import (
     add_node_check_flag,
     add_node_flags,
     add_preflight_flags,
+    add_token_flag,
     add_watch_flags,
+    job_token,
     options_argv,
     restarts,
     shown_ranks,
@@ -26,7 +28,7 @@ from .options import (
 # What every simulated node's `meshrun run` gets again, as the user gave it.
 NODE_OPTIONS = ("no_preflight", "require_path", "accelerate", "verbose", "show_ranks",
                 *(name for name, _ in supervision_options()), "node_check", "deepspeed",
-                *JOB_OPTIONS)
+                "token_file", *JOB_OPTIONS)
 
 
 def request(ctx: Context, *, max_restarts: int):
@@ -56,6 +58,7 @@ class SimulateVerb(Verb):
         add_node_check_flag(parser)
         add_console_flags(parser)
         add_job_flags(parser)
+        add_token_flag(parser)
         parser.add_argument("--bench", action="store_true",
                             help="run the collective benchmark (as `meshrun bench`) instead of "
                                  "a script")
@@ -76,6 +79,7 @@ class SimulateVerb(Verb):
         cmd = ctx.require(cmd, self.name)
         check_command(cmd)
         check_worker_env(ctx.env)
+        job_token(ctx.env, a)  # each node reads it again: a bad one must stop before any starts
         shown_ranks(a)  # each node reads it again: a bad one must stop before any starts
         if a.checkpoint_dir:  # one from --config or --set: each node's `run` checks it
             check_checkpoint_path(a.checkpoint_dir, "--checkpoint-dir")

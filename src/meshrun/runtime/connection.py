@@ -14,6 +14,7 @@ from __future__ import annotations
 import socket
 import threading
 
+from ..signing import Signing, wrap
 from .store import BoundedStore, StoreConnect
 
 FIRST_CONNECT_S = 10.0  # a watchdog's first connection may take this long (a loaded host)
@@ -23,8 +24,10 @@ class Connection:
     """The connection to the store at ``host``:``port``, each call bounded by ``patience``
     seconds."""
 
-    def __init__(self, host: str, port: int, patience: float) -> None:
+    def __init__(self, host: str, port: int, patience: float,
+                 signing: Signing | None = None) -> None:
         self.host, self.port, self.patience = host, port, patience
+        self.signing = signing  # the job token's (meshrun/signing.py): every call signed
         self._lock = threading.Lock()    # guards store: the agent's thread reads it too
         self._store: BoundedStore | None = None
         self._connecting: StoreConnect | None = None  # an attempt still under way
@@ -62,7 +65,7 @@ class Connection:
         self._connecting = None
         if attempt.store is None:
             return None
-        return BoundedStore(attempt.store, self.patience)
+        return wrap(BoundedStore(attempt.store, self.patience), self.signing)
 
     def use(self, store: BoundedStore | None) -> BoundedStore | None:
         """Make ``store`` the connection (None: none); returns it."""

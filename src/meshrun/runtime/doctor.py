@@ -37,13 +37,30 @@ GIB = 1 << 30
 Check = Finding  # a doctor check is a finding, in the one diagnostic shape
 
 
-def local_checks(plan: LaunchPlan, env: dict, *, checkpoint_dir: str = "checkpoints") -> list[Check]:
+def local_checks(plan: LaunchPlan, env: dict, *, checkpoint_dir: str = "checkpoints",
+                 token: str | None = None) -> list[Check]:
     out = [*_torch(), _gpus(plan), *_disk(plan, checkpoint_dir), _dns(plan)]
     port = _port(plan)
     if port is not None:
         out.append(port)
+    out += _control_plane(plan, token)
     out += _lint(plan, env)
     return out
+
+
+def _control_plane(plan: LaunchPlan, token: str | None) -> list[Check]:
+    """Whether the job's control plane is signed (docs/security.md): a warning when it is not
+    and node 0's address is not loopback."""
+    from .store import control_plane_line
+
+    line = control_plane_line(plan, token)
+    if not line:
+        return []
+    if token is not None:
+        return [Check("control-plane-signed", "info", "MESHRUN_JOB_TOKEN", line)]
+    what, _, fix = line.removeprefix("warning: ").partition("; set ")
+    return [Check("control-plane-unauthenticated", "warning", "MESHRUN_JOB_TOKEN", what,
+                  "set " + fix)]
 
 
 def _torch() -> list[Check]:

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Collection
 
 from .. import protocol
+from ..signing import tallied, tally
 from .connection import Connection
 from .events import Goodbye
 from .membership import Membership
@@ -138,7 +139,7 @@ class Ending:
         if self.ended_in == epoch or store is None or not members.seated(self.node):
             return
         try:
-            store.add(protocol.ended_key(epoch), 1)
+            tally(store, protocol.ended_key(epoch), self.node)
             self.ended_in = epoch
         except Exception:  # noqa: BLE001, S110 - the store may be gone: nothing to count then
             pass
@@ -147,7 +148,8 @@ class Ending:
         """Every seated node's workers are over (this node's included)."""
         store = self.conn.store
         try:
-            return store is not None and \
-                int(store.add(protocol.ended_key(members.epoch), 0)) >= len(members.seats)
+            return store is not None and tallied(store, protocol.ended_key(members.epoch),
+                                                 members.seats, len(members.seats)) >= \
+                len(members.seats)
         except Exception:  # noqa: BLE001
             return False

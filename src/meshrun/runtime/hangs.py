@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .. import protocol
+from ..signing import tallied, tally
 from .events import Event, EventKind
 from .hang_probe import HangProbe, Workers
 from .judges import Hang, fresh_progress, hang_found, hang_verdict, verdict_due
@@ -79,9 +80,10 @@ class Hangs:
         everyone = store.check(keys)
         if not verdict_due(now, hang, everyone):
             return None
-        probes = {n: protocol.Probe.decode(raw) for n, raw in enumerate(store.multi_get(keys))} \
-            if everyone else {n: protocol.Probe.decode(store.get(k))
-                              for n, k in enumerate(keys) if store.check([k])}
+        raws = dict(enumerate(store.multi_get(keys))) if everyone else \
+            {n: store.get(k) for n, k in enumerate(keys) if store.check([k])}
+        probes = {n: probe for n, probe in ((n, _probe(raw)) for n, raw in raws.items())
+                  if probe is not None}
         hang.verdict = hang_verdict(now, hang, probes, members=members, nproc=nproc,
                                     hosts=hosts)
         hang.decided = now
@@ -93,8 +95,9 @@ class Hangs:
         hang = self.hang
         if hang is None or hang.verdict is None:
             return None
-        if self.nnodes > 1 and now - hang.decided < wait and \
-                store.add(protocol.hang_seen_key(self.gen), 0) < self.nnodes - 1:
+        if self.nnodes > 1 and now - hang.decided < wait and tallied(
+                store, protocol.hang_seen_key(self.gen), range(1, self.nnodes),
+                self.nnodes - 1) < self.nnodes - 1:
             return None
         self.hang = None
         return hang.verdict
@@ -110,7 +113,7 @@ class Hangs:
             self.probe.start(store, self.gen, self.node, workers)
         if watch.gen == self.gen and watch.verdict is not None and self.acted != self.gen:
             self.acted = self.gen
-            store.add(protocol.hang_seen_key(self.gen), 1)
+            tally(store, protocol.hang_seen_key(self.gen), self.node)
             return watch.verdict
         return None
 
@@ -135,4 +138,13 @@ class Hangs:
         on_restart(event)
         self.gen += 1
         self.seen.clear()
+        return None
+
+
+def _probe(raw: bytes) -> protocol.Probe | None:
+    """A node's probe; None for a value that is none (something else wrote it, or a signed
+    store ignored it): that node counts as not probed yet."""
+    try:
+        return protocol.Probe.decode(raw)
+    except (ValueError, *protocol.BAD_VALUE):
         return None

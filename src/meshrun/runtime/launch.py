@@ -37,13 +37,15 @@ from ..errors import EXIT_STARTUP, MeshrunError, StartupError
 from ..plan import LaunchPlan, brief, describe, ranks_phrase
 from ..redact import redact_text
 from ..reports import bundle
+from ..signing import JOB_KEY, Signing
+from ..signing import VARIABLE as TOKEN_VARIABLE
 from ..topology.base import in_spans
 from . import failures
 from .agent_output import quiet_agent_lines, worker_logs_spec
 from .events import EventKind, Goodbye
 from .logs import LogRouter
 from .rendezvous import RDZV_BACKEND, Rounds, register_backend
-from .store import JobStore, join, open_store, say, store_errors
+from .store import JobStore, join, open_store, say, say_control_plane, store_errors
 from .supervise import (
     STOP_SIGNALS,
     Supervision,
@@ -85,12 +87,12 @@ def run(plan: LaunchPlan, *, env: Mapping[str, str], max_restarts: int = 0,
         preflight: bool = True,
         require_paths: tuple[str, ...] = (), supervision: Supervision = Supervision(),
         verbose: bool = False, shown: tuple[tuple[int, int], ...] | None = None,
-        timestamps: bool = False) -> int:
+        timestamps: bool = False, token: str | None = None) -> int:
     """Launch this node's workers; return the exit code for the meshrun process. The console
     gets the short banner (``verbose``: the whole plan); the node log always the whole plan.
     ``shown``: the global ranks whose output reaches the console (None: all; the logs get
     every rank's). ``timestamps``: meshrun's own console lines carry the time (its lines in
-    the node log always do)."""
+    the node log always do). ``token``: the job token (meshrun/signing.py), or None."""
     assert plan.command is not None
     from .rundir import set_aside
 
@@ -122,7 +124,7 @@ def run(plan: LaunchPlan, *, env: Mapping[str, str], max_restarts: int = 0,
         told: list[protocol.Cause] = []   # another node's first cause, when it ended the job
         try:
             code = _launch(plan, max_restarts, preflight, require_paths, supervision, router,
-                           told)
+                           told, token)
         except MeshrunError as err:
             print(err.line(), file=sys.stderr, flush=True)
             code = err.exit_code
@@ -161,10 +163,11 @@ def _quiet_agent_cpp_warnings() -> None:
 
 def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
             require_paths: tuple[str, ...], supervision: Supervision, router: LogRouter,
-            told: list[protocol.Cause]) -> int:
+            told: list[protocol.Cause], token: str | None) -> int:
     started = time.monotonic()
     _quiet_agent_cpp_warnings()
-    job = open_store(plan)
+    say_control_plane(plan, token)
+    job = open_store(plan, token=token)
     try:
         with store_errors(plan, job.port, "waiting for the other nodes to join"):
             members = join(job, plan, wait_lost=(supervision.node_timeout + 10.0 if
@@ -179,7 +182,8 @@ def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
     # torch's agent gives every worker a copy of this process's environment: meshrun writes
     # it here, with what the workers need, and again before each membership epoch's workers
     # (nothing here reads it back).
-    os.environ.update(worker_environment(plan, job.port))
+    os.environ.update(worker_environment(plan, job.port, job.signing))
+    os.environ.pop(TOKEN_VARIABLE, None)  # the workers get the derived key, not the token
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import launch_agent
@@ -313,12 +317,17 @@ def epoch_environment(members: Any, reason: str) -> dict[str, str]:
             "MESHRUN_RESTART_REASON": reason}
 
 
-def worker_environment(plan: LaunchPlan, store_port: int) -> dict[str, str]:
+def worker_environment(plan: LaunchPlan, store_port: int,
+                       signing: Signing | None = None) -> dict[str, str]:
     """What the workers get on top of the agent's environment: the plan's variables (each
     with its reason in the banner) and the job's store for :func:`meshrun.progress` (their
-    MASTER_PORT is their round's own store: :mod:`meshrun.runtime.rendezvous`)."""
-    return {**plan.env_dict(),
-            "MESHRUN_STORE": f"{plan.master_addr}:{store_port}"}  # bare: split at the last ':'
+    MASTER_PORT is their round's own store: :mod:`meshrun.runtime.rendezvous`); with a job
+    token, the key derived from it for this launch (never the token)."""
+    env = {**plan.env_dict(),
+           "MESHRUN_STORE": f"{plan.master_addr}:{store_port}"}  # bare: split at the last ':'
+    if signing is not None:
+        env[JOB_KEY] = signing.signer.key_hex
+    return env
 
 
 def _workers(count: int) -> str:

@@ -41,15 +41,18 @@ UNVERIFIED_S = 5.0   # how long a link with an unknown token waits for node 0 to
 MAX_UNVERIFIED = 64  # unverified connections held at once; older ones are dropped first
 
 
-def token_bytes(token: str) -> bytes:
-    return token.encode("ascii", "replace")[:8].ljust(8, b"\0")
+def token_bytes(token: str | bytes) -> bytes:
+    """The header's 8 bytes for a claim's token (text), or for the job token's proof of it
+    (bytes: :meth:`meshrun.signing.Signing.link_token`)."""
+    raw = token if isinstance(token, bytes) else token.encode("ascii", "replace")
+    return raw[:8].ljust(8, b"\0")
 
 
 class Hub(threading.Thread):
     """Node 0's end: accepts links, reads their goodbyes, notes the ones that died."""
 
     def __init__(self, host: str, *, on_change: Callable[[], None] = lambda: None,
-                 tokens: dict[int, str] | None = None) -> None:
+                 tokens: dict[int, str | bytes] | None = None) -> None:
         super().__init__(name="meshrun-links", daemon=True)
         self._tokens = {r: token_bytes(t) for r, t in (tokens or {}).items()}  # rank -> claim's
         self._link_token: dict[int, bytes] = {}          # rank -> its live link's token
@@ -147,7 +150,7 @@ class Hub(threading.Thread):
         with self._lock:
             return sorted({rank for rank, *_ in self._unverified.values()})
 
-    def expect(self, rank: int, token: str) -> None:
+    def expect(self, rank: int, token: str | bytes) -> None:
         """``token`` is ``rank``'s claim's now (node 0 read it): a link held for it with that
         token is taken on the hub's next turn (within half a second); the others stay until
         they expire."""
@@ -265,7 +268,7 @@ class Hub(threading.Thread):
 class Link(threading.Thread):
     """Every other node's end: opens the link and waits for node 0's byte or its end."""
 
-    def __init__(self, host: str, port: int, rank: int, *, token: str = "",
+    def __init__(self, host: str, port: int, rank: int, *, token: str | bytes = "",
                  on_change: Callable[[], None] = lambda: None) -> None:
         super().__init__(name="meshrun-link", daemon=True)
         self._sock = socket.create_connection((host, port), timeout=_CONNECT_S)

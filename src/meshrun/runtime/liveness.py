@@ -19,16 +19,24 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .. import protocol
+from ..signing import Signing, ignored
 from .events import Goodbye
 
 _LETTERS = {g.value[:1]: g for g in Goodbye}   # a link's goodbye byte -> the goodbye
 
 
+def _claim(raw: bytes) -> bool:
+    """A claim to take a link's token from (not empty, not one a signed store ignored)."""
+    return bool(raw) and not ignored(raw)
+
+
 class Liveness:
     """Node ``node``'s links: the hub on node 0, a link on every other node."""
 
-    def __init__(self, node: int, nnodes: int, on_change: Callable[[], None]) -> None:
+    def __init__(self, node: int, nnodes: int, on_change: Callable[[], None],
+                 signing: Signing | None = None) -> None:
         self.node, self.nnodes, self._on_change = node, nnodes, on_change
+        self.signing = signing  # with a job token a link carries its proof, not the claim's token
         self.hub: Any = None               # node 0: meshrun.runtime.links.Hub
         self.link: Any = None              # the others: a Link; False: it could not open
         self._refused: dict[str, int] = {}  # node 0: refused links said, and how often seen
@@ -42,8 +50,8 @@ class Liveness:
             tokens = {}
             keys = [protocol.node_key(r) for r in range(self.nnodes)]
             if store is not None and store.check(keys):  # each node's claim from the join:
-                tokens = {r: protocol.NodeClaim.decode(raw).token   # its link carries it
-                          for r, raw in enumerate(store.multi_get(keys)) if raw}
+                tokens = {r: self._token(r, raw)   # its link carries it
+                          for r, raw in enumerate(store.multi_get(keys)) if _claim(raw)}
             hub = Hub(host, on_change=self._on_change, tokens=tokens)
             hub.start()
             self.hub = hub  # before publishing: a set that times out may still land
@@ -61,7 +69,7 @@ class Liveness:
             return
         where = protocol.Endpoint.decode(store.get(protocol.LINKS))
         claim = protocol.node_key(self.node)
-        mine = protocol.NodeClaim.decode(store.get(claim)).token if store.check([claim]) else ""
+        mine = self._token(self.node, store.get(claim)) if store.check([claim]) else ""
         try:
             link = Link(where.host, where.port, self.node, token=mine,
                         on_change=self._on_change)
@@ -81,12 +89,18 @@ class Liveness:
         if asked:
             keys = [protocol.node_key(r) for r in asked]
             for rank, raw in zip(asked, store.multi_get(keys)):
-                if raw:
-                    hub.expect(rank, protocol.NodeClaim.decode(raw).token)
+                if _claim(raw):
+                    hub.expect(rank, self._token(rank, raw))
         for kind, line in hub.ignored():  # each kind said once, then only counted
             self._refused[kind] = self._refused.get(kind, 0) + 1
             if self._refused[kind] == 1:
                 warn(line)
+
+    def _token(self, rank: int, raw: bytes) -> str | bytes:
+        """What node ``rank``'s link carries, from its claim: the claim's token, or with a
+        job token the proof of it that only a holder of the job token can make."""
+        token = protocol.NodeClaim.decode(raw).token
+        return token if self.signing is None else self.signing.link_token(rank, token)
 
     def goodbyes(self, known: Mapping[int, Any]) -> dict[int, Goodbye]:
         """Goodbyes that came over the links and are not in ``known`` yet (the heartbeat or

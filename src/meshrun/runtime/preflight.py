@@ -42,6 +42,7 @@ from typing import Any
 from .. import __version__, protocol
 from ..errors import StartupError
 from ..plan import LaunchPlan
+from ..signing import tallied, tally
 
 SKEW_WARN_S = 1.0
 # Compared field -> label in the table. Order is the table's order.
@@ -410,7 +411,9 @@ def exchange(store: Any, plan: LaunchPlan, mine: Mapping[str, Any], *,
         # Node 0 hosts the store: on a mismatch it must not exit (closing the store) before
         # every node has read the verdict.
         deadline = time.monotonic() + min(timeout_s, 30)
-        while store.add(protocol.PREFLIGHT_SEEN, 0) < plan.nnodes - 1 and time.monotonic() < deadline:
+        others = range(1, plan.nnodes)
+        while tallied(store, protocol.PREFLIGHT_SEEN, others, plan.nnodes - 1) < \
+                plan.nnodes - 1 and time.monotonic() < deadline:
             time.sleep(0.01)
         return verdict
     store.wait([protocol.PREFLIGHT_T0], wait)
@@ -418,7 +421,7 @@ def exchange(store: Any, plan: LaunchPlan, mine: Mapping[str, Any], *,
     store.set(protocol.offset_key(plan.node_rank), repr(time.time() - t0))
     store.wait([protocol.PREFLIGHT_VERDICT], wait)
     verdict = Verdict.from_json(json.loads(store.get(protocol.PREFLIGHT_VERDICT)))
-    store.add(protocol.PREFLIGHT_SEEN, 1)
+    tally(store, protocol.PREFLIGHT_SEEN, plan.node_rank)
     return verdict
 
 

@@ -40,6 +40,7 @@ from typing import Any
 
 from .. import protocol
 from ..plan import LaunchPlan
+from ..signing import SignedStore, tallied, tally, wrap
 from .membership import Membership
 from .store import CALL_S, BoundedStore, JobStore
 
@@ -111,12 +112,13 @@ def next_round(calls: Any, plan: LaunchPlan, rounds: Rounds, *,
     if plan.is_master:
         endpoint = host_workers()
         calls.set(protocol.round_workers_key(rnd), endpoint.encode())
-    arrived = int(calls.add(protocol.round_arrived_key(rnd), 1))
-    if arrived >= seats:
+    arrived_key, seated = protocol.round_arrived_key(rnd), members.seats
+    if tally(calls, arrived_key, plan.node_rank) >= seats and \
+            tallied(calls, arrived_key, seated, seats) >= seats:
         calls.set(protocol.round_ready_key(rnd), "1")
     deadline = clock() + plan.join_timeout
     ready = [protocol.round_ready_key(rnd)]
-    while not calls.check(ready):
+    while not _ready(calls, ready[0]):
         members = rounds.membership(plan)
         ended = sorted(n for n in dict(rounds.goodbyes)
                        if n != plan.node_rank and members.seated(n))
@@ -128,9 +130,12 @@ def next_round(calls: Any, plan: LaunchPlan, rounds: Rounds, *,
             raise RoundError(f"node {plan.node_rank} lost its seat while waiting for round "
                              f"{rnd} ({members.reason or 'membership epoch ' + str(members.epoch)})")
         if clock() >= deadline:
-            count = int(calls.add(protocol.round_arrived_key(rnd), 0))
+            count = tallied(calls, arrived_key, seated, seats)
             raise RoundError(f"rendezvous round {rnd}: only {count} of {seats} nodes "
                              f"arrived within {plan.join_timeout} s")
+        if calls.check(ready):  # there, but not node 0's signed "1": a stranger's; look
+            time.sleep(_SLICE_S)  # again a slice later (the last node's own may follow)
+            continue
         try:
             calls.wait(ready, timedelta(seconds=_SLICE_S))
         except RuntimeError:  # torch's wait timed out: a slice ended, look again
@@ -146,6 +151,13 @@ def next_round(calls: Any, plan: LaunchPlan, rounds: Rounds, *,
         rounds.wanted = max(rounds.wanted, rnd)
         rounds.held = False
     return rnd, endpoint
+
+
+def _ready(calls: Any, key: str) -> bool:
+    """The round is ready: its key is there, and (with a job token) signed."""
+    if not calls.check([key]):
+        return False
+    return not isinstance(calls, SignedStore) or calls.get(key) == b"1"
 
 
 def seat_and_world(plan: LaunchPlan, rounds: Rounds) -> tuple[int, int]:
@@ -178,7 +190,7 @@ def _handler(job: JobStore, plan: LaunchPlan, rounds: Rounds) -> Any:
         """meshrun's rounds (see the module): the group rank is the platform's node rank."""
 
         def __init__(self) -> None:
-            self._calls = BoundedStore(job.store, CALL_S)
+            self._calls = wrap(BoundedStore(job.store, CALL_S), job.signing)
 
         def get_backend(self) -> str:
             return RDZV_BACKEND

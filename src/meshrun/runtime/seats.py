@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
 from .. import protocol
+from ..signing import tallied
 from .judges import Reseat, Silence, on_admit, on_loss, on_return
 from .membership import Adoption, Change, Membership, admit_at, adoption
 
@@ -130,7 +131,8 @@ class Seats:
         with rounds.lock:
             rounds.goodbyes = {r: str(g) for r, g in goodbyes.items()}
             current = rounds.current
-        if current >= 0 and int(store.add(protocol.round_arrived_key(current + 1), 0)) > 0:
+        if current >= 0 and tallied(store, protocol.round_arrived_key(current + 1),
+                                    self.members.seats, 1) > 0:
             with rounds.lock:
                 rounds.wanted = max(rounds.wanted, current + 1)
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import socket
 import threading
 import time
@@ -30,6 +31,7 @@ from typing import Any, Callable
 from .. import protocol
 from ..errors import StartupError
 from ..plan import LaunchPlan
+from ..signing import Ignored, Signer, Signing, Verifier, tallied, tally, wrap
 from ..topology.address import join_host_port
 from .membership import Membership
 
@@ -48,10 +50,11 @@ class JobStore:
     port: int   # the real port (a free one when the plan said 0)
     hosting: bool
     calls: Any = None
+    signing: Signing | None = None  # the job token's signing (None: no token)
 
     def __post_init__(self) -> None:
         if self.calls is None:
-            self.calls = BoundedStore(self.store, CALL_S)
+            self.calls = wrap(BoundedStore(self.store, CALL_S), self.signing)
 
     def close_calls(self) -> bool:
         """End the calls' thread (False: a call is still stuck; the process must not wait
@@ -63,8 +66,45 @@ def say(message: str) -> None:
     print(f"meshrun: {message}", flush=True)
 
 
-def open_store(plan: LaunchPlan, *, clock: Callable[[], float] = time.monotonic) -> JobStore:
-    """Node 0 hosts the store; the others connect to it, retrying until the join timeout."""
+def loopback(host: str) -> bool:
+    """``host`` is this machine's loopback (no name is looked up)."""
+    import ipaddress
+
+    if host.strip("[]").lower() in ("localhost", "localhost.localdomain", "ip6-localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def control_plane_line(plan: LaunchPlan, token: str | None) -> str:
+    """How the job's control plane is protected (docs/security.md): "" when there is nothing
+    to say (one node, or every node on this host's loopback without a token)."""
+    if plan.nnodes <= 1:
+        return ""
+    if token is not None:
+        return ("control plane signed with the job token: values in the job's store that "
+                "do not carry it are ignored")
+    if loopback(plan.master_addr):
+        return ""
+    where = join_host_port(plan.master_addr, plan.master_port or "auto")
+    return (f"warning: the control plane is unauthenticated: anyone who can reach {where} "
+            "(the job's store) can stop this job or make it blame a healthy node; set "
+            "MESHRUN_JOB_TOKEN (or --token-file) to the same secret on every node "
+            "(docs/security.md)")
+
+
+def say_control_plane(plan: LaunchPlan, token: str | None) -> None:
+    line = control_plane_line(plan, token)
+    if line:
+        say(line)
+
+
+def open_store(plan: LaunchPlan, *, token: str | None = None,
+               clock: Callable[[], float] = time.monotonic) -> JobStore:
+    """Node 0 hosts the store; the others connect to it, retrying until the join timeout.
+    With a job ``token``, every value of meshrun's own is signed (meshrun/signing.py)."""
     from torch.distributed import TCPStore
 
     where = join_host_port(plan.master_addr, plan.master_port or "auto")
@@ -84,8 +124,8 @@ def open_store(plan: LaunchPlan, *, clock: Callable[[], float] = time.monotonic)
             raise StartupError(f"cannot host the job's store at {where}: {_first_line(exc)}",
                                code="store-failed", subject="--master-addr",
                                hint="check that --master-addr is an address of this host") from None
-        _claim_run(store, plan)
-        return JobStore(store, store.port, True)
+        signing = _claim_run(store, plan, token)
+        return JobStore(store, store.port, True, signing=signing)
 
     deadline = clock() + plan.join_timeout
     _resolve(plan, deadline, clock)
@@ -124,8 +164,8 @@ def open_store(plan: LaunchPlan, *, clock: Callable[[], float] = time.monotonic)
                 last_note = now
             time.sleep(0.5)
     store.set_timeout(timedelta(seconds=60))
-    _check_run(store, plan, where)
-    return JobStore(store, plan.master_port, False)
+    signing = _check_run(store, plan, where, token)
+    return JobStore(store, plan.master_port, False, signing=signing)
 
 
 def _resolve(plan: LaunchPlan, deadline: float, clock: Callable[[], float]) -> None:
@@ -148,17 +188,24 @@ def _resolve(plan: LaunchPlan, deadline: float, clock: Callable[[], float]) -> N
             time.sleep(1.0)
 
 
-def _claim_run(store: Any, plan: LaunchPlan) -> None:
-    store.set(protocol.RUN_ID, plan.run_id)
+def _claim_run(store: Any, plan: LaunchPlan, token: str | None) -> Signing | None:
+    signing = None
+    if token is not None:  # this launch's nonce first: a node reads it once run_id is there
+        nonce = secrets.token_hex(8)
+        store.set(protocol.NONCE, Signer(token, plan.run_id).sign(protocol.NONCE, nonce))
+        signing = Signing(Signer(token, plan.run_id, nonce))
     store.set(protocol.NNODES, str(plan.nnodes))
+    store.set(protocol.RUN_ID, plan.run_id)
     # Every key the watchdogs read in one call exists from the start: node 0's watch, and
     # every rank's progress (empty until the rank reports).
-    store.set(protocol.WATCH, protocol.Watch(0).encode())
+    signed = wrap(store, signing)
+    signed.set(protocol.WATCH, protocol.Watch(0).encode())
     ranks = range(plan.world_size)
-    store.multi_set([protocol.progress_key(r) for r in ranks], [""] * len(ranks))
+    signed.multi_set([protocol.progress_key(r) for r in ranks], [""] * len(ranks))
+    return signing
 
 
-def _check_run(store: Any, plan: LaunchPlan, where: str) -> None:
+def _check_run(store: Any, plan: LaunchPlan, where: str, token: str | None) -> Signing | None:
     try:
         store.wait([protocol.RUN_ID], timedelta(seconds=_ATTEMPT_S * 2))
         theirs = protocol.text(store.get(protocol.RUN_ID))
@@ -173,6 +220,38 @@ def _check_run(store: Any, plan: LaunchPlan, where: str) -> None:
             "another job uses this master address and port", code="store-other-job",
             subject="--run-id", hint="give each job its own --master-port, and the same "
                                      "--run-id on all nodes of one job")
+    nnodes = protocol.text(store.get(protocol.NNODES)) if store.check([protocol.NNODES]) else ""
+    if nnodes.isdigit() and int(nnodes) != plan.nnodes:
+        raise StartupError(
+            f"node 0's job has {nnodes} nodes, this node was told {plan.nnodes}",
+            code="nnodes-differs", subject="--nnodes",
+            hint="give every node the same node count (--nnodes, WORLD_SIZE, PET_NNODES, ...)")
+    return _signing_of(store, plan, token)
+
+
+def _signing_of(store: Any, plan: LaunchPlan, token: str | None) -> Signing | None:
+    """This node's signing for node 0's launch: its nonce, opened with this node's token;
+    a node whose token differs from node 0's (or has none where node 0 has one, or the
+    reverse) stops here, before it claims anything."""
+    signed = store.check([protocol.NONCE])
+    fix = ("give every node the same MESHRUN_JOB_TOKEN (or --token-file), or none to any")
+    if token is None:
+        if signed:
+            raise StartupError("node 0's job is signed with a job token and this node has none",
+                               code="job-token-differs", subject="MESHRUN_JOB_TOKEN", hint=fix)
+        return None
+    if not signed:
+        raise StartupError("this node has a job token and node 0's job runs without one",
+                           code="job-token-differs", subject="MESHRUN_JOB_TOKEN", hint=fix)
+    try:
+        nonce = Verifier(Signer(token, plan.run_id)).open(protocol.NONCE,
+                                                          store.get(protocol.NONCE))
+    except Ignored:
+        raise StartupError(
+            f"this node's job token is not node 0's ({protocol.NONCE} does not open with it, "
+            "or something else wrote it)", code="job-token-differs", subject="MESHRUN_JOB_TOKEN",
+            hint=fix) from None
+    return Signing(Signer(token, plan.run_id, nonce))
 
 
 def join(job: JobStore, plan: LaunchPlan, *, wait_lost: float = 0.0,
@@ -191,7 +270,8 @@ def join(job: JobStore, plan: LaunchPlan, *, wait_lost: float = 0.0,
     holder = protocol.text(store.compare_set(key, "", me))
     if holder != me:
         members = _lost_here(store, plan.node_rank)
-        if members is None and wait_lost > 0 and store.add(protocol.JOINED, 0) >= plan.nnodes:
+        if members is None and wait_lost > 0 and \
+                tallied(store, protocol.JOINED, range(plan.nnodes), plan.nnodes) >= plan.nnodes:
             members = _await_lost(store, plan.node_rank, holder, wait_lost, clock)
         if members is not None:
             store.set(key, me)
@@ -205,14 +285,14 @@ def join(job: JobStore, plan: LaunchPlan, *, wait_lost: float = 0.0,
             "were given the same rank", code="duplicate-node-rank", subject="--node-rank",
             hint="give every node its own rank 0..N-1 (check NODE_RANK/RANK on each node)")
     store.set(protocol.heartbeat_key(plan.node_rank), protocol.Heartbeat(0).encode())
-    joined = store.add(protocol.JOINED, 1)
+    joined = tally(store, protocol.JOINED, plan.node_rank)
     where = join_host_port(plan.master_addr, job.port)
     if plan.nnodes == 1:
         return None
     deadline = clock() + plan.join_timeout
     shown, last_note = -1, clock()
     while True:
-        joined = store.add(protocol.JOINED, 0)
+        joined = tallied(store, protocol.JOINED, range(plan.nnodes), plan.nnodes)
         if joined >= plan.nnodes:
             if joined > plan.nnodes:
                 raise StartupError(

@@ -177,7 +177,7 @@ def start_watchdog(job: JobStore, plan: LaunchPlan, supervision: Supervision,
                    send_signal=procs.send, slow=slow, on_notice=on_notice,
                    on_summary=on_summary, spares=plan.spares, min_seats=plan.min_nodes,
                    newest_checkpoint=_newest_checkpoint(plan), status=status,
-                   on_status=on_status)
+                   on_status=on_status, signing=job.signing)
     dog.start()
     relay_stop_signals(lambda: shut_connections(job.port, store_addresses))
     return dog

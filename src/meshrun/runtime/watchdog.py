@@ -19,9 +19,9 @@ dead agent at once (:mod:`meshrun.runtime.liveness`); a ``failed`` goodbye
 (:mod:`meshrun.runtime.ending`) is the ``peer-failed`` event. No rank progressing for
 ``hang_timeout`` is a **hang** (:mod:`meshrun.runtime.hangs`): the job stops
 (:attr:`Watchdog.event`) or the hung workers restart (:attr:`Watchdog.restarts`). Node 0's
-straggler check (``slow``) and status line (``status``) get every beat's progress; every
-node prints each notice once (:mod:`meshrun.runtime.notices`). The one-line messages
-(:mod:`meshrun.runtime.events`) are the ones ``meshrun diagnose`` recognises.
+straggler check (``slow``) and status line get every beat's progress; every node prints
+each notice once (:mod:`meshrun.runtime.notices`), and with a job token what it ignored
+(meshrun/signing.py). The lines (runtime/events.py) are those ``meshrun diagnose`` reads.
 """
 
 from __future__ import annotations
@@ -77,6 +77,7 @@ class Watchdog(threading.Thread):
                  on_status: Callable[[str], None] = lambda line: None,
                  on_warning: Callable[[str], None] = lambda line: print(
                      line, file=sys.stderr, flush=True),
+                 signing: Any = None,
                  ) -> None:
         super().__init__(name="meshrun-watchdog", daemon=True)
         self.host, self.port = host, port
@@ -103,10 +104,10 @@ class Watchdog(threading.Thread):
         self.goodbyes: dict[int, Goodbye | str] = {}  # node -> its goodbye (Goodbye.read)
         self._halt = threading.Event()
         self._wake = threading.Event()   # a beat now: a liveness link changed, or stop()
-        self._links = Liveness(node_rank, nnodes, on_change=self._wake.set)
+        self._links = Liveness(node_rank, nnodes, self._wake.set, signing)
         self._closed: set[int] = set()   # node 0: lost nodes whose link closed bare
         self._patience = max(2.0, interval * 3)  # how long one store call may take
-        self._conn = Connection(host, port, self._patience)
+        self._conn = Connection(host, port, self._patience, signing)
         self._beat = 0
         self._local_failure = False      # this node's workers failed (see suspect())
         self._seen: dict[int, tuple[str, float]] = {}  # node 0: node -> (heartbeat, since)
@@ -244,6 +245,8 @@ class Watchdog(threading.Thread):
             else:
                 event = self._member(store, now)
             self._store_ok_at = now
+            for line in self._conn.signing.verifier.news() if self._conn.signing else ():
+                self.on_warning(line)
         except Exception as exc:  # noqa: BLE001 - the store host is gone or frozen
             event = self._store_failed(self.clock())  # the calls may have taken seconds
             if event is None and not (isinstance(exc, CallTimeout) and store is not None

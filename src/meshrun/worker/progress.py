@@ -36,6 +36,7 @@ from datetime import timedelta
 from typing import Any
 
 from ..protocol import Progress, progress_key
+from ..signing import JOB_KEY, SignedStore, Signer
 
 _PERIOD_S = 1.0      # at most one write a second
 _REFRESH_S = 5.0     # a report at least this often while figures come, position moving or not
@@ -45,8 +46,9 @@ _MAX_SAMPLES = 4096  # step timings kept between two reports (the writer may be 
 
 
 class _Writer:
-    def __init__(self, host: str, port: int, rank: str) -> None:
+    def __init__(self, host: str, port: int, rank: str, signer: Any = None) -> None:
         self.host, self.port, self.key = host, port, progress_key(rank)
+        self.signer = signer  # the job token's key (MESHRUN_JOB_KEY): every report signed
         self.addresses: tuple[str, ...] = (host,)  # resolved on the writer's thread
         self.step = -1       # the script's newest step (meshrun.progress), -1: none
         self.coll = -1       # collectives issued (meshrun.worker.observe), -1: not observed
@@ -165,6 +167,8 @@ class _Writer:
                         store = TCPStore(self.host, self.port, is_master=False,
                                          timeout=timedelta(seconds=_TIMEOUT_S),
                                          wait_for_workers=False)
+                        if self.signer is not None:
+                            store = SignedStore(store, self.signer)
                     report = self._report()
                     store.set(self.key, report.encode())
                     sent, sent_at = report.moved, time.monotonic()
@@ -231,7 +235,13 @@ def _start() -> _Writer | None:
         return None
     import atexit
 
-    writer = _Writer(host, int(port), os.environ["RANK"])
+    key = os.environ.get(JOB_KEY, "")
+    try:
+        signer = Signer.from_key(key, run_id="") if key else None
+    except ValueError:  # not hex: reports would be ignored; none are sent
+        _state["off"] = True
+        return None
+    writer = _Writer(host, int(port), os.environ["RANK"], signer)
     _state["writer"] = writer
     atexit.register(writer.close)
     return writer

@@ -42,13 +42,14 @@ import stat
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
-from .. import protocol
-from ..errors import one_line
+from . import protocol
+from .errors import UsageError, one_line
 
 VARIABLE, FLAG, MIN_LENGTH = "MESHRUN_JOB_TOKEN", "--token-file", 16
+JOB_KEY = "MESHRUN_JOB_KEY"  # the workers get the key derived for this launch, not the token
 REMEMBER = 1000  # keys whose ignored values a Verifier counts, the oldest forgotten first
 # keys whose highest accepted seq it keeps: only validly signed values add one (a stranger
 # cannot grow it), and forgetting a key that is polled in turn would switch its replay check
@@ -76,7 +77,30 @@ def _check_key(key: str) -> None:
 
 
 def _ours(key: str) -> bool:
-    return key.startswith(protocol.PREFIX)
+    """meshrun's own keys are signed; torch's agent keeps its keys under a round's prefix
+    (``meshrun/round/<r>/...``, :func:`meshrun.protocol.round_prefix`) and never signs."""
+    if not key.startswith(protocol.PREFIX):
+        return False
+    if key.startswith(protocol.ROUNDS):
+        return key[len(protocol.ROUNDS):].partition("/")[2].split("/", 1)[0] in protocol.ROUND_OWN
+    return True
+
+
+#: what a signed store's reader gets in place of a value it does not take: no decoder of
+#: :mod:`meshrun.protocol` accepts it, so every reader treats it as it treats a value that
+#: is no meshrun value (no sign of life; named when it matters)
+IGNORED = b"<ignored "
+
+
+def ignored(raw: Any) -> bool:
+    """``raw`` (as a signed store gave it) stands for a value the reader did not take."""
+    return isinstance(raw, (bytes, bytearray)) and bytes(raw).startswith(IGNORED)
+
+
+def _mark(exc: Ignored, raw: Any) -> bytes:
+    shown = bytes(raw)[:60].decode(errors="replace") if isinstance(raw, (bytes, bytearray)) \
+        else str(raw)[:60]
+    return IGNORED + f"{exc.reason} value: {shown!r}>".encode()
 
 
 class Signer:
@@ -84,12 +108,26 @@ class Signer:
 
     __slots__ = ("run_id", "_key", "_last", "_lock")
 
-    def __init__(self, token: str, run_id: str, nonce: str = "") -> None:
+    def __init__(self, token: str, run_id: str, nonce: str = "", *,
+                 key: bytes | None = None) -> None:
         self.run_id = run_id
-        context = b"meshrun job v1\0" + run_id.encode() + b"\0" + nonce.encode()
-        self._key = hmac.new(token.encode(), context, hashlib.sha256).digest()
+        if key is None:
+            context = b"meshrun job v1\0" + run_id.encode() + b"\0" + nonce.encode()
+            key = hmac.new(token.encode(), context, hashlib.sha256).digest()
+        self._key = key
         self._last = 0
         self._lock = threading.Lock()
+
+    @classmethod
+    def from_key(cls, key_hex: str, run_id: str) -> Signer:
+        """A signer with the key another one derived (:attr:`key_hex`): what the workers get
+        (``MESHRUN_JOB_KEY``), never the token itself."""
+        return cls("", run_id, key=bytes.fromhex(key_hex))
+
+    @property
+    def key_hex(self) -> str:
+        """The derived key (this run and launch only), for this node's workers."""
+        return self._key.hex()
 
     def __repr__(self) -> str:
         return f"Signer(run_id={self.run_id!r})"
@@ -212,6 +250,11 @@ class SignedStore:
     def __repr__(self) -> str:
         return f"SignedStore({self.raw!r}, {self.signer!r})"
 
+    def __getattr__(self, name: str) -> Any:  # the client's own (a BoundedStore's stuck, close)
+        if name == "raw":
+            raise AttributeError(name)
+        return getattr(self.raw, name)
+
     def _seal(self, key: str, value: str | bytes) -> str | bytes:
         return self.signer.sign(key, protocol.text(value)) if _ours(key) else value
 
@@ -225,18 +268,20 @@ class SignedStore:
         self.raw.multi_set(keys, [self._seal(k, v) for k, v in zip(keys, values, strict=True)])
 
     def get(self, key: str) -> bytes:
-        return self._open(key, self.raw.get(key))
+        """The payload; for a value that is ignored (it is counted), an :data:`IGNORED`
+        text that names it, which no reader decodes."""
+        return self._open_or_mark(key, self.raw.get(key))
 
-    def multi_get(self, keys: list[str]) -> list[bytes | None]:
-        """The payloads, None for each value that is ignored (it is counted)."""
-        return [self._open_or_none(k, raw)
+    def multi_get(self, keys: list[str]) -> list[bytes]:
+        """The payloads (:meth:`get`'s rule for each)."""
+        return [self._open_or_mark(k, raw)
                 for k, raw in zip(keys, self.raw.multi_get(keys), strict=True)]
 
-    def _open_or_none(self, key: str, raw: bytes) -> bytes | None:
+    def _open_or_mark(self, key: str, raw: bytes) -> bytes:
         try:
             return self._open(key, raw)
-        except Ignored:
-            return None
+        except Ignored as exc:
+            return _mark(exc, raw)
 
     def compare_set(self, key: str, expected: str, desired: str) -> bytes:
         """Store ``desired`` (signed) if the key holds ``expected``: "" for an absent key,
@@ -263,8 +308,30 @@ class SignedStore:
 
     def add(self, key: str, amount: int) -> int:
         if _ours(key):
-            raise TypeError("a counter cannot be signed: use per-node keys")
+            raise TypeError("a counter cannot be signed: use tally() and tallied()")
         return self.raw.add(key, amount)
+
+    def tally(self, key: str, node: int) -> int:
+        """Count ``node`` in the counter ``key``: its signed mark ``key/<node>`` first, then
+        the counter (a hint anyone can add to); the counter's new value."""
+        self.set(f"{key}/{node}", "1")
+        return int(self.raw.add(key, 1))
+
+    def tallied(self, key: str, nodes: Collection[int], need: int) -> int:
+        """How many of ``nodes`` are counted in ``key``: the counter while it is below
+        ``need`` (one call); from there, the nodes whose signed mark is there. A node sets
+        its mark before it adds to the counter, so a counter at ``need`` whose marks are
+        missing was added to by something else: counted as ignored, said once."""
+        hint = int(self.raw.add(key, 0))
+        if hint < need:
+            return hint
+        marks = [f"{key}/{n}" for n in nodes]
+        values = self.multi_get(marks) if self.raw.check(marks) else \
+            [self.get(k) if self.raw.check([k]) else b"" for k in marks]
+        good = sum(1 for v in values if v == b"1")
+        if hint > good:
+            self.verifier._ignore(key, "unsigned", f"add {hint}".encode())
+        return good
 
     def check(self, keys: list[str]) -> bool:
         return self.raw.check(keys)
@@ -276,14 +343,57 @@ class SignedStore:
             self.raw.wait(keys, timeout)
 
 
-def _refuse(message: str, fix: str) -> ValueError:
-    return ValueError(one_line(f"{message}; fix: {fix}"))
+def tally(store: Any, key: str, node: int) -> int:
+    """Count ``node`` in the counter ``key`` (:meth:`SignedStore.tally`; a plain store's
+    ``add``); the counter's new value."""
+    if isinstance(store, SignedStore):
+        return store.tally(key, node)
+    return int(store.add(key, 1))
+
+
+def tallied(store: Any, key: str, nodes: Collection[int], need: int) -> int:
+    """How many of ``nodes`` are counted in ``key`` (:meth:`SignedStore.tallied`; a plain
+    store's counter)."""
+    if isinstance(store, SignedStore):
+        return store.tallied(key, nodes, need)
+    return int(store.add(key, 0))
+
+
+class Signing:
+    """One process's signing for one launch of a run: its signer and its verifier (shared
+    by every store client of the process, so each ignored value is said once)."""
+
+    def __init__(self, signer: Signer) -> None:
+        self.signer, self.verifier = signer, Verifier(signer)
+
+    def __repr__(self) -> str:
+        return f"Signing({self.signer!r})"
+
+    def wrap(self, store: Any) -> SignedStore:
+        return SignedStore(store, self.signer, self.verifier)
+
+    def link_token(self, rank: int, claim_token: str) -> bytes:
+        """What node ``rank``'s liveness link carries (:mod:`meshrun.runtime.links`) in
+        place of its claim's token, which anyone who reads the store can read: 8 bytes of
+        an HMAC over the claim's token, which only a holder of the job token can make."""
+        return bytes.fromhex(self.signer.mac(protocol.node_key(rank), 0, f"link {claim_token}"))[:8]
+
+
+def wrap(store: Any, signing: Signing | None) -> Any:
+    """``store``, signed when the job has a token (``signing``)."""
+    return store if signing is None or store is None else signing.wrap(store)
+
+
+def _refuse(message: str, fix: str) -> UsageError:
+    return UsageError(one_line(message), hint=one_line(fix), code="job-token-invalid",
+                      subject=FLAG if message.startswith(FLAG) else VARIABLE)
 
 
 def token_from(env: Mapping[str, str], token_file: str | None) -> str | None:
     """The job token: from ``token_file`` (``--token-file``, first) or ``MESHRUN_JOB_TOKEN``;
-    None when neither is given. Raises ValueError (one line: what, which, the fix) for an
-    empty or short token, a file that cannot be read or that others may read."""
+    None when neither is given. Raises UsageError (one line: what, which, the fix; exit 2,
+    ``job-token-invalid``) for an empty or short token, a file that cannot be read or that
+    others may read."""
     fix = (f"give every node the same secret of at least {MIN_LENGTH} characters "
            "(python -c 'import secrets; print(secrets.token_urlsafe(32))')")
     if token_file is not None:
