@@ -21,7 +21,8 @@ import tempfile
 from .errors import UsageError
 
 
-def write_output(path: str, text: str, *, force: bool, flag: str = "-o") -> None:
+def write_output(path: str, text: str, *, force: bool, flag: str = "-o",
+                 private: bool = False) -> None:
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
@@ -49,7 +50,8 @@ def write_output(path: str, text: str, *, force: bool, flag: str = "-o") -> None
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
-        os.chmod(temp, stat.S_IMODE(mode) if mode is not None else 0o666 & ~_umask())
+        keep = stat.S_IMODE(mode) if mode is not None else 0o666 & ~_umask()
+        os.chmod(temp, keep & 0o700 if private else keep)  # private: a secret inside
         os.replace(temp, path)
         temp = None
     except OSError as exc:

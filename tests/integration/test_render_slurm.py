@@ -37,7 +37,7 @@ def test_rendered_sbatch_script_runs_two_nodes_with_the_right_ranks(slurm_cluste
         "slurm", [str(SCRIPTS / "report.py"), "--note", "two words", "$HOME"],
         job_name="render-test", nnodes="2", nproc_per_node="2", gpus_per_node="0",
         setup=["echo meshrun-setup-ran", "export FROM_SETUP=yes"],
-        meshrun=f"{sys.executable} -m meshrun")
+        meshrun=f"{sys.executable} -m meshrun", job_token="drawn by the script, not written")
     assert spec.cpus_per_node == 2          # not given: 1 per CPU worker, written for sbatch
     script = tmp_path / "job.sbatch"
     script.write_text(render_slurm(spec))
@@ -59,3 +59,6 @@ def test_rendered_sbatch_script_runs_two_nodes_with_the_right_ranks(slurm_cluste
     assert out.count("meshrun-setup-ran") == 1, out   # --setup: once, in the batch shell
     # The arguments reached meshrun unexpanded on both nodes (the banner shows the command).
     assert out.count("report.py --note two words $HOME") == 2, out
+    # the job token the script drew reached both nodes (issue 21): their control plane signed
+    assert out.count("control plane signed with the job token") == 2, out
+    assert "meshrun: ignored" not in out and "drawn by the script" not in script.read_text()

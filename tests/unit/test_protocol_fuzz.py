@@ -144,3 +144,40 @@ def test_a_foreign_value_met_while_joining_or_comparing_is_one_line_not_a_traceb
     line = raised.value.line()
     assert "[store-foreign-value]" in line and "while comparing the nodes" in line
     assert "no meshrun value" in line and "not a preflight verdict" in line
+
+
+# -- signed values (the job token, meshrun/signing.py) --------------------------------------
+
+@settings(max_examples=CASES, deadline=None)
+@given(raw=st.one_of(st.binary(max_size=300), st.text(max_size=300)), data=st.data())
+def test_a_reader_with_a_token_takes_no_value_it_did_not_sign(raw, data):
+    """Whatever bytes a stranger writes, and any signed value cut short or with one byte
+    changed, a reader with the job token ignores it (Ignored, counted), never takes it, and
+    raises nothing else; what its store hands on is a text no decoder takes."""
+    from meshrun.signing import IGNORED, Ignored, Signer, Verifier, _mark
+
+    signer = Signer("a-job-token-of-some-length", "run", "nonce")
+    key = protocol.WATCH
+    for value in (raw, _changed(signer.sign(key, protocol.Watch(3).encode()).encode(), data)):
+        if value is None:
+            continue
+        try:
+            Verifier(signer).open(key, value)
+        except Ignored as exc:
+            mark = _mark(exc, value)
+            assert mark.startswith(IGNORED)
+            for decoder in DECODERS:   # a claim's readers ask signing.ignored() first
+                if decoder is not protocol.NodeClaim:
+                    with pytest.raises((ValueError, *protocol.BAD_VALUE)):
+                        decoder.decode(mark)
+        else:
+            raise AssertionError(f"took an unsigned or changed value: {value!r}")
+
+
+def _changed(signed: bytes, data) -> bytes | None:
+    at = data.draw(st.integers(0, len(signed)))
+    byte = data.draw(st.integers(0, 255))
+    changed = signed[:at] + bytes([byte]) + signed[at + 1:]
+    if data.draw(st.booleans()):
+        return signed[:at] if at < len(signed) else None   # cut short
+    return None if changed == signed else changed

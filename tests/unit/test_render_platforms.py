@@ -885,3 +885,81 @@ def test_a_patch_that_is_a_fifo_is_refused_before_it_is_opened(tmp_path):
     with pytest.raises(UsageError, match="not a regular file") as info:
         spec_from_flags("k8s", CMD, image=IMAGE, patch=[str(fifo)])
     assert info.value.code == "render-bad-patch"
+
+
+# --- the job token (issue 21, docs/security.md) -------------------------------------------
+
+TOKEN = "t0k3n-" + "x" * 37
+
+
+@pytest.mark.parametrize("target", ["k8s", "pytorchjob", "trainjob", "volcano"])
+def test_a_kubernetes_file_gives_every_pod_the_token_from_one_secret(target):
+    kw = {"image": IMAGE}
+    spec = spec_from_flags(target, CMD, nnodes="3", job_token=TOKEN, **kw)
+    docs = docs_of(render_platform(spec))
+    secret = docs[0]
+    assert (secret["kind"], secret["metadata"]["name"], secret["stringData"]) == \
+        ("Secret", f"{spec.job_name}-token", {"token": TOKEN})
+    refs = re.findall(r"'name': 'MESHRUN_JOB_TOKEN', 'valueFrom': \{'secretKeyRef': "
+                      r"\{'name': '([^']+)', 'key': 'token'\}\}", repr(docs[1:]))
+    assert refs and set(refs) == {spec.token_secret}, repr(docs[1:])[:2000]
+    assert TOKEN not in repr(docs[1:])                 # only the Secret holds it
+    if target == "k8s":
+        for doc in docs:
+            _kube_validate(doc)
+    single = docs_of(render_platform(spec_from_flags(target, CMD, job_token=TOKEN, **kw)))
+    assert "Secret" not in [d["kind"] for d in single]  # one node: no control plane to sign
+
+
+def test_slurm_draws_the_token_in_the_batch_shell_and_docker_reads_it(tmp_path):
+    slurm = render_platform(spec_from_flags("slurm", CMD, nnodes="2", job_token=TOKEN))
+    assert TOKEN not in slurm and "MESHRUN_JOB_TOKEN" in slurm
+    (tmp_path / "a").mkdir()
+    done, _, seen = _run_script(tmp_path / "a", slurm, "srun", "bash")
+    assert done.returncode == 0, done.stderr
+    assert re.fullmatch(r"[0-9a-f]{64}", seen["MESHRUN_JOB_TOKEN"]), seen["MESHRUN_JOB_TOKEN"]
+    (tmp_path / "b").mkdir()
+    _, _, again = _run_script(tmp_path / "b", slurm, "srun", "bash")
+    assert again["MESHRUN_JOB_TOKEN"] != seen["MESHRUN_JOB_TOKEN"]    # a new one each job
+    (tmp_path / "c").mkdir()
+    _, _, kept = _run_script(tmp_path / "c", slurm, "srun", "bash", MESHRUN_JOB_TOKEN=TOKEN)
+    assert kept["MESHRUN_JOB_TOKEN"] == TOKEN                          # one exported is kept
+    docker = render_platform(spec_from_flags("docker", CMD, nnodes="2", image=IMAGE,
+                                             master_addr="n0", job_token=TOKEN))
+    assert TOKEN not in docker
+    (tmp_path / "d").mkdir()
+    done, argv, _ = _run_script(tmp_path / "d", docker, "docker", "sh", NODE_RANK="1")
+    assert done.returncode != 0 and "set MESHRUN_JOB_TOKEN to the job token" in done.stderr
+    (tmp_path / "e").mkdir()
+    done, argv, seen = _run_script(tmp_path / "e", docker, "docker", "sh", NODE_RANK="1",
+                                   MESHRUN_JOB_TOKEN=TOKEN)
+    assert done.returncode == 0 and "MESHRUN_JOB_TOKEN" in argv and TOKEN not in argv
+    assert seen["MESHRUN_JOB_TOKEN"] == TOKEN          # what `docker -e NAME` hands on
+    plain = render_platform(spec_from_flags("slurm", CMD, nnodes="2"))
+    assert "MESHRUN_JOB_TOKEN" not in plain
+
+
+def test_the_cli_draws_a_token_writes_the_file_private_and_no_token_leaves_it_out(
+        tmp_path, capsys):
+    from meshrun.cli import main
+
+    out = tmp_path / "job.yaml"
+    assert main(["render", "k8s", "--nnodes", "2", "--image", IMAGE, "-o", str(out),
+                 "--", "train.py"]) == 0
+    err = capsys.readouterr().err
+    assert "the file holds a job token drawn now (Secret train-token)" in err
+    assert stat.S_IMODE(out.stat().st_mode) & 0o077 == 0
+    first = docs_of(out.read_text())[0]["stringData"]["token"]
+    assert len(first) >= 40 and first not in err
+    again = tmp_path / "again.yaml"
+    main(["render", "k8s", "--nnodes", "2", "--image", IMAGE, "-o", str(again), "--",
+          "train.py"])
+    assert docs_of(again.read_text())[0]["stringData"]["token"] != first   # drawn per render
+    capsys.readouterr()
+    assert main(["render", "k8s", "--nnodes", "2", "--image", IMAGE, "--no-token", "--",
+                 "train.py"]) == 0
+    captured = capsys.readouterr()
+    assert "MESHRUN_JOB_TOKEN" not in captured.out and "job token" not in captured.err
+    assert main(["render", "slurm", "--nnodes", "2", "--", "train.py"]) == 0
+    captured = capsys.readouterr()
+    assert "MESHRUN_JOB_TOKEN" in captured.out and "job token drawn now" not in captured.err

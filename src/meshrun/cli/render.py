@@ -52,12 +52,18 @@ class RenderVerb(Verb):
                                 default=[], help=text + " (repeatable)")
         parser.add_argument("--infiniband", action="store_true",
                             help="platform targets: InfiniBand devices, memlock, IPC_LOCK")
+        parser.add_argument("--no-token", action="store_true",
+                            help="platform targets: no job token (by default a multi-node "
+                                 "file gives the job one: a Kubernetes Secret drawn now, a "
+                                 "secret the SLURM script draws, the docker script's "
+                                 "MESHRUN_JOB_TOKEN; docs/security.md)")
 
     def run(self, ctx: Context) -> int:
         from .. import render
         from ..render import spec as platform
 
         a = ctx.args
+        self._holds_token = ""
         if a.target in render.TARGETS:
             text = self._render_hf(ctx)
         elif a.target in platform.PLATFORM_TARGETS:
@@ -67,14 +73,21 @@ class RenderVerb(Verb):
             raise UsageError(f"unknown render target {a.target!r}", subject="meshrun render",
                              hint=f"use one of: {', '.join(known)}", code="unknown-render-target")
         text = text if text.endswith("\n") else text + "\n"
+        private = self._holds_token
+        if private:
+            print(f"meshrun: note: the file holds a job token drawn now (Secret "
+                  f"{private}): keep it as you keep a password"
+                  + ("; written readable by you only" if a.output else ""), file=sys.stderr)
         if not a.output:
             sys.stdout.write(text)
             return 0
         from ..outfile import write_output
 
-        write_output(a.output, text, force=a.force)
+        write_output(a.output, text, force=a.force, private=bool(private))
         print(f"meshrun: wrote {a.output}", file=sys.stderr)
         return 0
+
+    _holds_token = ""   # the Secret's name when the rendered file holds a job token
 
     def _run_flags(self, ctx: Context) -> list[str]:
         """The job-config flags as every node's ``meshrun run`` (and a regenerate line)
@@ -100,11 +113,16 @@ class RenderVerb(Verb):
         values = {name: getattr(a, name, None)
                   for name in (*FILE_NODE_OPTIONS, *(dest_of(f) for f in RENDER_FLAGS),
                                *(dest_of(f) for f in RENDER_LIST_FLAGS))}
+        from ..signing import new_token
+
         spec = platform.spec_from_flags(a.target, ctx.words, module=ctx.module,
                                         env=tuple(a.env), infiniband=a.infiniband,
-                                        run_flags=tuple(self._run_flags(ctx)), **values)
+                                        run_flags=tuple(self._run_flags(ctx)),
+                                        job_token="" if a.no_token else new_token(), **values)
         for note in spec.notes:
             print(f"meshrun: note: {note}", file=sys.stderr)
+        if spec.signed and spec.target not in ("slurm", "docker"):
+            self._holds_token = spec.token_secret
         return platform.render_platform(spec)
 
     def _render_hf(self, ctx: Context) -> str:

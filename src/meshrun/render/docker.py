@@ -19,6 +19,9 @@ Flags, and why:
   values, a fixed run id and the log folder likewise.
 - ``--log-dir`` given as an absolute path is mounted at the same path, so the logs
   outlive the ``--rm`` container; ``--volume host:DIR:PATH[:ro]`` mounts more.
+- ``-e MESHRUN_JOB_TOKEN`` (several nodes): the job token from the host's environment, the
+  same on every node; the script stops before docker starts when it is not set. It is never
+  written in the file (``meshrun render --no-token``: none).
 """
 
 from __future__ import annotations
@@ -63,8 +66,15 @@ def render_docker(spec: RenderSpec) -> str:
                          f'index, 0 to {spec.nnodes - 1}}}"')
         else:
             parts.append(shlex.join(["-e", f"{name}={value}"]))
+    guard = []
+    if spec.signed:  # the host's value, never written here (docs/security.md)
+        parts.append("-e MESHRUN_JOB_TOKEN")
+        guard = ['# the job token: the same secret on every node, in the environment (e.g. '
+                 'once: python3 -c "import secrets; print(secrets.token_urlsafe(32))")',
+                 ': "${MESHRUN_JOB_TOKEN:?set MESHRUN_JOB_TOKEN to the job token, the same '
+                 'secret of at least 16 characters on every node}"']
     parts.append(shlex.join([spec.image, *spec.meshrun, *spec.run_args()]))
-    lines = ["#!/bin/sh", *spec.header(how), " \\\n  ".join(parts)]
+    lines = ["#!/bin/sh", *spec.header(how), *guard, " \\\n  ".join(parts)]
     return "\n".join(lines) + "\n"
 
 

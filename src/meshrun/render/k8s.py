@@ -91,7 +91,8 @@ def render_k8s(spec: RenderSpec) -> str:
         },
     }
     return dump_yaml(spec.header("submit: kubectl apply -f FILE   (remove: kubectl delete -f "
-                                 "FILE)"), cluster.apply_patches(spec, [service, policy, job]))
+                                 "FILE)"),
+                     cluster.apply_patches(spec, with_token(spec, [service, policy, job])))
 
 
 # --- shared by the Kubernetes-family renderers -------------------------------------------------
@@ -123,6 +124,25 @@ def common_env(spec: RenderSpec) -> list[dict]:
     return out
 
 
+def token_env(spec: RenderSpec) -> list[dict]:
+    """MESHRUN_JOB_TOKEN from the job's token Secret (:func:`with_token`), when signed."""
+    if not spec.signed:
+        return []
+    return [{"name": "MESHRUN_JOB_TOKEN", "valueFrom": {"secretKeyRef": {
+        "name": spec.token_secret, "key": "token"}}}]
+
+
+def with_token(spec: RenderSpec, docs: list[dict]) -> list[dict]:
+    """``docs`` after the Secret that holds the job's token (docs/security.md), when signed:
+    a fresh one each render, the same for every pod of this submission."""
+    if not spec.signed:
+        return docs
+    meta = {**metadata(spec), "name": spec.token_secret}
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": meta, "type": "Opaque",
+              "stringData": {"token": spec.job_token}}
+    return [secret, *docs]
+
+
 def resources(spec: RenderSpec) -> dict:
     """GPUs as limits (extended resources are never overcommitted), CPUs as a request."""
     out: dict = {}
@@ -142,7 +162,7 @@ def container(spec: RenderSpec, name: str, env: list[dict], *, ports: list[dict]
         "command": [kube_escape(word) for word in spec.meshrun],
         "args": [kube_escape(word) for word in spec.run_args(nproc=nproc)],
     }
-    all_env = env + common_env(spec) + cluster.secret_env_vars(spec)
+    all_env = env + common_env(spec) + token_env(spec) + cluster.secret_env_vars(spec)
     if all_env:
         out["env"] = all_env
     if spec.env_from_secrets:

@@ -30,7 +30,17 @@ flags the file uses only fields every Trainer v2 release has.
 from __future__ import annotations
 
 from . import cluster
-from .k8s import common_env, container, labels, metadata, pod_spec, resources, shm_volume
+from .k8s import (
+    common_env,
+    container,
+    labels,
+    metadata,
+    pod_spec,
+    resources,
+    shm_volume,
+    token_env,
+    with_token,
+)
 from .spec import RenderSpec, dump_yaml, kube_escape
 
 PYTORCHJOB_CONTAINER = "pytorch"          # the training operator's default container name
@@ -64,7 +74,7 @@ def render_pytorchjob(spec: RenderSpec) -> str:
         },
     }
     return dump_yaml(spec.header("submit: kubectl apply -f FILE   (needs the Kubeflow training "
-                                 "operator)"), cluster.apply_patches(spec, [job]))
+                                 "operator)"), cluster.apply_patches(spec, with_token(spec, [job])))
 
 
 def render_trainjob(spec: RenderSpec) -> str:
@@ -79,7 +89,7 @@ def render_trainjob(spec: RenderSpec) -> str:
     res = resources(spec)
     if res:
         trainer["resourcesPerNode"] = res
-    env = common_env(spec) + cluster.secret_env_vars(spec)
+    env = common_env(spec) + token_env(spec) + cluster.secret_env_vars(spec)
     if env:
         trainer["env"] = env
     job_spec: dict = {"runtimeRef": {"name": TRAINJOB_RUNTIME}, "trainer": trainer}
@@ -90,7 +100,7 @@ def render_trainjob(spec: RenderSpec) -> str:
            "metadata": metadata(spec), "spec": job_spec}
     return dump_yaml(spec.header("submit: kubectl apply -f FILE   (needs Kubeflow Trainer v2 "
                                  f"and its {TRAINJOB_RUNTIME} runtime)"),
-                     cluster.apply_patches(spec, [job]))
+                     cluster.apply_patches(spec, with_token(spec, [job])))
 
 
 def _runtime_patch(spec: RenderSpec) -> dict | None:

@@ -19,6 +19,10 @@ environment they leave (SLURM's default ``--export=ALL``); a failing one stops t
 
 ``srun --kill-on-bad-exit=1`` stops the other nodes as soon as one node's meshrun
 fails, instead of leaving them blocked in a collective until its timeout.
+
+A multi-node script draws the job token (``MESHRUN_JOB_TOKEN``, docs/security.md) in the
+batch shell from ``/dev/urandom``, once, before ``srun``: every node's meshrun inherits the
+same secret, which is never written to the file (``meshrun render --no-token``: none).
 """
 
 from __future__ import annotations
@@ -52,6 +56,13 @@ def render_slurm(spec: RenderSpec) -> str:
         exports.append(("MESHRUN_LOG_DIR", spec.log_dir))
     exports += list(spec.env)
     lines += [f"export {name}={shlex.quote(value)}" for name, value in exports]
+    if spec.signed:
+        # drawn here, once, for every node (srun's tasks inherit it): never in the file, in
+        # the job's environment only (readable by you and root); one exported before sbatch
+        # is kept
+        lines += ["# the job token (docs/security.md): a fresh secret for this job",
+                  'export MESHRUN_JOB_TOKEN="${MESHRUN_JOB_TOKEN:-$(head -c 32 /dev/urandom '
+                  "| od -An -tx1 | tr -d ' \\n')}\""]
     if spec.setup:
         # as written (module load, source venv/bin/activate): srun's tasks inherit the
         # environment this shell has when it reaches srun

@@ -130,6 +130,9 @@ class RenderSpec:
     regenerate: tuple[str, ...] = ()
     # what was inferred from the flags, for the console (not written in the file)
     notes: tuple[str, ...] = field(default=(), compare=False)
+    # the job token (docs/security.md): "" for none. Kubernetes-family files hold it in a
+    # Secret; SLURM and docker files never hold it (the script draws or reads one)
+    job_token: str = field(default="", compare=False, repr=False)
 
     def __post_init__(self) -> None:
         from .validate import validate
@@ -141,6 +144,16 @@ class RenderSpec:
     @property
     def is_module(self) -> bool:
         return self.command[0] == "-m"
+
+    @property
+    def signed(self) -> bool:
+        """The file gives the job a token (several nodes: a control plane on the network)."""
+        return bool(self.job_token) and self.nnodes > 1
+
+    @property
+    def token_secret(self) -> str:
+        """The Kubernetes Secret holding the token (key ``token``)."""
+        return f"{self.job_name}-token"
 
     @property
     def writes_nproc(self) -> bool:
@@ -250,7 +263,7 @@ def spec_from_flags(target: str, command: Sequence[str] | None, *, module: bool 
                     run_args: str | None = None, run_flags: Sequence[str] = (),
                     meshrun: str | None = None,
                     node_rank: str | None = None, regenerate: Sequence[str] = (),
-                    version: str = __version__) -> RenderSpec:
+                    version: str = __version__, job_token: str = "") -> RenderSpec:
     """Build a :class:`RenderSpec` from flag values as typed (strings, None when absent).
 
     ``command`` is the worker command after ``--`` (with ``module=True``: the module and
@@ -321,7 +334,7 @@ def spec_from_flags(target: str, command: Sequence[str] | None, *, module: bool 
         pull_secrets=tuple(image_pull_secret), env_from_secrets=tuple(env_from_secret),
         secret_env=tuple(cluster.parse_secret_env(v) for v in secret_env),
         patches=patches, setup=tuple(setup), meshrun=launcher, version=version,
-        regenerate=tuple(regenerate), notes=notes)
+        regenerate=tuple(regenerate), notes=notes, job_token=job_token)
     note = cluster.log_dir_note(spec)
     return dataclasses.replace(spec, notes=(*spec.notes, note)) if note else spec
 

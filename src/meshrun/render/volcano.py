@@ -20,7 +20,7 @@ no job uid).
 from __future__ import annotations
 
 from .cluster import apply_patches
-from .k8s import container, labels, metadata, pod_spec
+from .k8s import container, labels, metadata, pod_spec, with_token
 from .spec import RenderSpec, dump_yaml
 
 TASK = "node"
@@ -52,7 +52,8 @@ def render_volcano(spec: RenderSpec) -> str:
     job = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": metadata(spec),
            "spec": job_spec}
     return dump_yaml(spec.header("submit: kubectl apply -f FILE   (needs Volcano; "
-                                 "vcctl job list shows it)"), apply_patches(spec, [job]))
+                                 "vcctl job list shows it)"),
+                     apply_patches(spec, with_token(spec, [job])))
 
 
 __all__ = ["render_volcano"]

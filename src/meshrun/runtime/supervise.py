@@ -23,6 +23,7 @@ from typing import Any
 
 from .. import protocol
 from ..plan import LaunchPlan
+from ..signing import ignored
 from . import procs
 from .events import EventKind, process_state
 from .store import JobStore
@@ -68,7 +69,8 @@ def node_hosts(job: JobStore, plan: LaunchPlan) -> dict[int, str]:
     """node -> host name, from the claims of the join: one bounded call for all nodes."""
     try:
         claims = job.calls.multi_get([protocol.node_key(r) for r in range(plan.nnodes)])
-        return {r: protocol.NodeClaim.decode(raw).host for r, raw in enumerate(claims)}
+        return {r: "?" if ignored(raw) else protocol.NodeClaim.decode(raw).host
+                for r, raw in enumerate(claims)}
     except Exception:  # noqa: BLE001 - names are for messages only
         return dict.fromkeys(range(plan.nnodes), "?")
 
