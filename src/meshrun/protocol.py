@@ -37,7 +37,7 @@ key                                written by               payload
 =================================  =======================  ==========================
 
 With a job token (:mod:`meshrun.signing`) every value of meshrun's own above is
-signed, and each counter gets a signed mark per node beside it (``<key>/<node>``, "1"):
+signed, and each counter gets a signed mark per node beside it (``<key>/by/<node>``, "1"):
 readers decide on the marks, the counter is only a hint. ``run_id`` and ``nnodes`` stay
 plain (a node reads them before it knows the nonce).
 
@@ -114,6 +114,12 @@ ROUNDS = PREFIX + "round/"
 ROUND_OWN = ("arrived", "ready", "workers")
 #: node 0's per-launch nonce, signed (only with a job token: meshrun/signing.py)
 NONCE = PREFIX + "nonce"
+
+
+def mark_key(counter: str, node: int) -> str:
+    """With a job token, node ``node``'s signed mark beside the counter ``counter`` ("1"):
+    readers count the marks, the counter is a hint (:mod:`meshrun.signing`)."""
+    return f"{counter}/by/{node}"
 
 
 def round_prefix(rnd: int) -> str:

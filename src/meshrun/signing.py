@@ -312,9 +312,9 @@ class SignedStore:
         return self.raw.add(key, amount)
 
     def tally(self, key: str, node: int) -> int:
-        """Count ``node`` in the counter ``key``: its signed mark ``key/<node>`` first, then
-        the counter (a hint anyone can add to); the counter's new value."""
-        self.set(f"{key}/{node}", "1")
+        """Count ``node`` in the counter ``key``: its signed mark (``key/by/<node>``) first,
+        then the counter (a hint anyone can add to); the counter's new value."""
+        self.set(protocol.mark_key(key, node), "1")
         return int(self.raw.add(key, 1))
 
     def tallied(self, key: str, nodes: Collection[int], need: int) -> int:
@@ -325,13 +325,22 @@ class SignedStore:
         hint = int(self.raw.add(key, 0))
         if hint < need:
             return hint
-        marks = [f"{key}/{n}" for n in nodes]
+        marks = [protocol.mark_key(key, n) for n in nodes]
         values = self.multi_get(marks) if self.raw.check(marks) else \
             [self.get(k) if self.raw.check([k]) else b"" for k in marks]
         good = sum(1 for v in values if v == b"1")
         if hint > good:
             self.verifier._ignore(key, "unsigned", f"add {hint}".encode())
         return good
+
+    def catch_up(self, keys: list[str]) -> None:
+        """Read the values there are of ``keys`` (this process's, or another's it takes
+        over): this process then signs above them, even where its clock is behind the clock
+        that wrote them (a node that came back on another host, a worker's progress after
+        node 0's empty value); otherwise its values would read as replays."""
+        for key in keys:
+            if self.raw.check([key]):
+                self.get(key)
 
     def check(self, keys: list[str]) -> bool:
         return self.raw.check(keys)
@@ -349,6 +358,12 @@ def tally(store: Any, key: str, node: int) -> int:
     if isinstance(store, SignedStore):
         return store.tally(key, node)
     return int(store.add(key, 1))
+
+
+def catch_up(store: Any, keys: list[str]) -> None:
+    """:meth:`SignedStore.catch_up` (nothing for a plain store)."""
+    if isinstance(store, SignedStore):
+        store.catch_up(keys)
 
 
 def tallied(store: Any, key: str, nodes: Collection[int], need: int) -> int:

@@ -70,7 +70,7 @@ def test_a_signed_join_ignores_a_strangers_adds_and_claims():
         assert isinstance(host.calls, SignedStore)
         assert host.store.get(protocol.WATCH).startswith(b"ms1:")   # signed from the start
         host.store.add(protocol.JOINED, 5)                          # a stranger's adds
-        host.store.set(f"{protocol.JOINED}/1", "1")                 # and a forged mark
+        host.store.set(protocol.mark_key(protocol.JOINED, 1), "1")  # and a forged mark
         out: dict = {}
         waiting = threading.Thread(target=lambda: out.update(r=join(host, first)), daemon=True)
         waiting.start()
@@ -84,7 +84,7 @@ def test_a_signed_join_ignores_a_strangers_adds_and_claims():
         finally:
             member.close_calls()
         news = host.calls.verifier.news()
-        assert any("unsigned write" in line and "meshrun/joined/1" in line for line in news)
+        assert any("unsigned write" in line and "meshrun/joined/by/1" in line for line in news)
     finally:
         host.close_calls()
 

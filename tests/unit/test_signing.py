@@ -236,18 +236,40 @@ def test_a_counter_counts_only_the_nodes_whose_signed_mark_is_there(tcp_store, n
     assert tallied(b, key, [0, 1], need=2) == 1          # below the need: the counter alone
     tcp_store.add(key, 1)                                 # a stranger's add
     assert tallied(b, key, [0, 1], need=2) == 1           # at the need: the marks decide
-    tcp_store.set(f"{key}/1", "1")                        # and a forged mark
+    tcp_store.set(protocol.mark_key(key, 1), "1")         # and a forged mark
     assert tallied(b, key, [0, 1], need=2) == 1
     assert tally(a, key, 1) == 3
     assert tallied(b, key, [0, 1], need=2) == 2
     news = b.verifier.news()
-    assert "meshrun: ignored 1 unsigned write to meshrun/round/7/arrived/1 (the job token is " \
+    assert "meshrun: ignored 1 unsigned write to meshrun/round/7/arrived/by/1 (the job token is " \
         "set; something without it writes to this job's store)" in news
     assert any(line.startswith("meshrun: ignored 2 unsigned writes to meshrun/round/7/arrived ")
                for line in news), news                   # the adds, counted once per value
     # a plain store (no token): the counter, as before
     plain = protocol.round_arrived_key(8)
     assert tally(tcp_store, plain, 0) == 1 and tallied(tcp_store, plain, [0, 1], 2) == 1
+
+
+def test_a_writer_whose_clock_is_behind_catches_up_with_the_key_before_it_writes(
+        tcp_store, monkeypatch):
+    """Node 0 writes each rank's first (empty) progress; a worker on a host whose clock is
+    behind node 0's signs lower sequence numbers, which node 0 would take for replays.
+    Reading the key first (catch_up), it signs above what is there."""
+    import meshrun.signing as signing
+
+    key = protocol.progress_key(77)
+    node0 = SignedStore(tcp_store, Signer(TOKEN, RUN))
+    node0.set(key, "")
+    assert node0.get(key) == b""                                  # node 0 has taken it
+    behind = SignedStore(tcp_store, Signer(TOKEN, RUN))
+    monkeypatch.setattr(signing.time, "time_ns", lambda: 1000)    # a clock far behind
+    behind.set(key, "5 1.0")
+    assert ignored(node0.get(key))                                # read as a replay
+    node0.set(key, "")                                            # as it is at the start
+    signing.catch_up(behind, [key, protocol.progress_key(78)])    # (78: absent, skipped)
+    behind.set(key, "6 2.0")
+    assert node0.get(key) == b"6 2.0"
+    signing.catch_up(tcp_store, [key])                            # a plain store: nothing
 
 
 def test_a_liveness_link_s_proof_needs_the_job_token():

@@ -67,7 +67,10 @@ class Liveness:
 
         if self.link is not None or not store.check([protocol.LINKS]):
             return
-        where = protocol.Endpoint.decode(store.get(protocol.LINKS))
+        try:
+            where = protocol.Endpoint.decode(store.get(protocol.LINKS))
+        except ValueError:  # not node 0's (something else wrote it): as if not published yet
+            return          # (the heartbeats judge; never a failed beat)
         claim = protocol.node_key(self.node)
         mine = self._token(self.node, store.get(claim)) if store.check([claim]) else ""
         try:

@@ -31,7 +31,7 @@ from typing import Any, Callable
 from .. import protocol
 from ..errors import StartupError
 from ..plan import LaunchPlan
-from ..signing import Ignored, Signer, Signing, Verifier, tallied, tally, wrap
+from ..signing import Ignored, Signer, Signing, Verifier, catch_up, tallied, tally, wrap
 from ..topology.address import join_host_port
 from .membership import Membership
 
@@ -275,6 +275,7 @@ def join(job: JobStore, plan: LaunchPlan, *, wait_lost: float = 0.0,
             members = _await_lost(store, plan.node_rank, holder, wait_lost, clock)
         if members is not None:
             store.set(key, me)
+            catch_up(store, [protocol.heartbeat_key(plan.node_rank)])  # its old process's
             store.set(protocol.heartbeat_key(plan.node_rank), protocol.Heartbeat(0).encode())
             say(f"node {plan.node_rank} was lost earlier in this job and comes back: it "
                 f"waits as a spare (membership epoch {members.epoch})")

@@ -167,8 +167,9 @@ class _Writer:
                         store = TCPStore(self.host, self.port, is_master=False,
                                          timeout=timedelta(seconds=_TIMEOUT_S),
                                          wait_for_workers=False)
-                        if self.signer is not None:
-                            store = SignedStore(store, self.signer)
+                        if self.signer is not None:  # above node 0's first value of
+                            store = SignedStore(store, self.signer)   # the key, whatever
+                            store.catch_up([self.key])                # this host's clock
                     report = self._report()
                     store.set(self.key, report.encode())
                     sent, sent_at = report.moved, time.monotonic()
