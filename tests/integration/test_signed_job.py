@@ -10,6 +10,7 @@ reports, naming rank 1 (what a token must not break)."""
 
 from __future__ import annotations
 
+import re
 import socket
 import struct
 import time
@@ -65,8 +66,12 @@ def test_a_signed_job_trains_through_a_strangers_writes(tmp_path):
     assert "is lost" not in out and "node 1 failed" not in out, out[-4000:]
     assert "restart" not in out, out[-4000:]
     assert "control plane signed with the job token" in out
-    assert "unsigned" in out and "to meshrun/watch (the job token is set" in out, out[-4000:]
-    assert "to meshrun/hb/1 " in out and "meshrun/round/1/arrived" in out, out[-4000:]
+    # each node's own beat overwrites its key once a second, so which forged values a
+    # reader met in those 2 s is the machine's timing (the unit test of the watchdog says
+    # each once, deterministically): at least one of them, ignored by name
+    assert re.search(r"unsigned writes? to meshrun/(watch|hb/1) \(the job token is set", out), \
+        out[-4000:]
+    assert re.search(r"unsigned writes? to meshrun/round/1/arrived ", out), out[-4000:]
     assert "ignored a liveness link claiming node 1" in out, out[-4000:]
     assert "meshrun/progress" not in out   # the workers' own reports are signed and taken
     assert TOKEN not in out and not any(TOKEN in p.read_text(errors="replace")
