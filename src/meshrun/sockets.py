@@ -49,7 +49,7 @@ def resolve(host: str) -> tuple[str, ...]:
     """The addresses ``host`` resolves to (itself if it does not resolve)."""
     try:
         return tuple({info[4][0] for info in socket.getaddrinfo(host, None)}) or (host,)
-    except OSError:
+    except (OSError, UnicodeError):   # UnicodeError: a label IDNA refuses
         return (host,)
 
 

@@ -299,8 +299,8 @@ def _resolve(host: str, port: int, timeout: float) -> tuple[list, str]:
     def run() -> None:
         try:
             box["infos"] = socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)
-        except OSError as exc:
-            box["error"] = f"cannot resolve: {exc.strerror or exc}"
+        except (OSError, UnicodeError) as exc:   # UnicodeError: a label IDNA refuses
+            box["error"] = f"cannot resolve: {getattr(exc, 'strerror', None) or exc}"
 
     worker = threading.Thread(target=run, daemon=True)
     worker.start()

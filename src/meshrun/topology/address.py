@@ -44,6 +44,8 @@ def unbracket(text: str) -> str:
 
 NOT_A_HOST = "is not a host name or IP address"
 HAS_PORT = "includes a port"
+BAD_LABELS = ("is not a host name: each dot-separated part must have 1 to 63 characters, "
+              "253 in all (a name lookup refuses it)")
 
 
 def host_problem(text: str) -> str:
@@ -58,7 +60,11 @@ def host_problem(text: str) -> str:
         if text.count(":") == 1 or (is_ipv6(unbracket(head)) and _PORT.match(tail)):
             return HAS_PORT
         return NOT_A_HOST
-    return "" if _NAME.match(text) else NOT_A_HOST
+    if not _NAME.match(text):
+        return NOT_A_HOST
+    labels = (text[:-1] if text.endswith(".") else text).split(".")  # a trailing dot: FQDN
+    return "" if len(text) <= 253 and all(0 < len(label) <= 63 for label in labels) \
+        else BAD_LABELS
 
 
 def join_host_port(host: str, port: int | str) -> str:
