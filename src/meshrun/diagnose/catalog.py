@@ -337,6 +337,14 @@ CATALOG: tuple[Signature, ...] = (
          "was made for",
          SETUP, "`No module named 'torch._six'` (any `torch.` module missing)",
          suppresses=("python-module-missing",)),
+    sig("library-too-old-for-torch", "a package made for another torch",
+         [r"PyTorch (?P<built>\S+) with CUDA \d+ \(you have (?P<have>[^)]+)\)"],
+         lambda h: (f"xFormers was built for PyTorch {h.group('built')}, and this is torch "
+                    f"{h.group('have')}: its compiled extensions do not load in another torch"),
+         "install the xFormers release built for this torch (pip install -U xformers, or the "
+         "version its release notes pair with this torch), or the torch it was built for",
+         SETUP, "xFormers' `can't load C++/CUDA extensions. xFormers was built for: PyTorch X "
+         "with CUDA N (you have Y)`", confirm=r"xFormers was built for"),
     sig("torch-load-weights-only", "torch.load refuses a pickled object",
          [r"Weights only load failed", r"WeightsUnpickler error: Unsupported global"],
          "since torch 2.6 torch.load defaults to weights_only=True, which refuses any pickled "
@@ -441,6 +449,7 @@ CATALOG: tuple[Signature, ...] = (
          [(r"transport/nvls\.cc:\d+ NCCL WARN Cuda failure (?:\d+ )?'(?:invalid argument|"
            r"system not yet initialized|operation not supported)'"),
           r"CUDA error: system not yet initialized",
+          r"CUDA failure [\w./]+:\d+ 'system not yet initialized'",
           r"cuda runtime error \(802\) : system not yet initialized",
           r"Error 802: system not yet initialized"],
          "the GPUs' NVSwitch fabric is not ready: on HGX/DGX systems (H100, H200, A100 with "
@@ -677,7 +686,9 @@ CATALOG: tuple[Signature, ...] = (
           r"host not found: (?:Name or service not known|Temporary failure in name resolution)",
           r"TCPStore.*(?:Name or service not known|Temporary failure in name resolution)",
           r"rendezvous.*(?:Name or service not known|Temporary failure in name resolution)",
-          r"MASTER_ADDR.*(?:Name or service not known|Temporary failure in name resolution)"],
+          r"MASTER_ADDR.*(?:Name or service not known|Temporary failure in name resolution)",
+          (r"failed to connect/validate to host (?P<target>[^\s:\[\]]+):(?P<port>\d+) - "
+           r"(?:Name or service not known|Temporary failure in name resolution)")],
          dns_cause,
          meshrun_fix("check the name on this node (getent hosts NAME); on Kubernetes check the "
                       "headless Service and the pod's subdomain; or pass node 0's IP address "
@@ -847,14 +858,18 @@ CATALOG: tuple[Signature, ...] = (
          "`PytorchStreamWriter failed writing file ...: file write failed` (a write that fails "
          "half way: the disk or quota ran out)"),
     sig("checkpoint-unwritable", "a checkpoint file cannot be created",
-         [r"RuntimeError: File (?P<path>\S+) cannot be opened\.?$"],
-         lambda h: (f"torch.save could not create {h.group('path') or 'the checkpoint file'}: "
+         [r"RuntimeError: File (?P<path>\S+) cannot be opened\.?$",
+          r"RuntimeError: Parent directory (?P<parent>.+?) does not exist\.?\s*$"],
+         lambda h: (f"torch.save could not create a file in {h.group('parent')}: that folder "
+                    "does not exist as torch sees it (save does not create folders; on Windows a "
+                    "path with non-ASCII characters can fail so too)" if h.group("parent") else
+                    f"torch.save could not create {h.group('path') or 'the checkpoint file'}: "
                     "its folder does not exist (save does not create folders), this process may "
                     "not write there, or the disk is full"),
          "create the folder first (os.makedirs(folder, exist_ok=True)), check its permissions "
          "and the free space (df -h) on every node that saves",
          FAULT, "torch.save's `RuntimeError: File X cannot be opened.` (its text names the three "
-         "causes)", also=("disk-full",)),
+         "causes), `RuntimeError: Parent directory X does not exist.`", also=("disk-full",)),
     sig("path-not-writable", "a path the job writes is not writable",
          [r"PermissionError: \[Errno 13\] Permission denied: "
           r"'(?P<path>(?!/(?:dev|proc|sys)/)[^']+)'",
@@ -963,15 +978,22 @@ CATALOG: tuple[Signature, ...] = (
     sig("ib-transport-error", "InfiniBand transport error",
          [(r"NET/IB ?: Got completion (?:from peer (?P<peer>\S+) )?with (?:status=|error )"
            r"(?P<err>\d+)"),
-          r"\bIBV_WC_\w+_ERR\b"],
-         lambda h: ("an InfiniBand/RoCE transfer to "
+          r"\bIBV_WC_\w+_ERR\b",
+          r"Call to ibv_modify_qp failed with error (?P<qp>Connection timed out|No route to host)"],
+         lambda h: ("NCCL could not connect an InfiniBand/RoCE queue pair to the other node "
+                    f"(ibv_modify_qp: {h.group('qp')}): on RoCE the GID index in use is often "
+                    "one the network does not route (a link-local IPv6 GID), or the ports are "
+                    "on fabrics that do not reach each other" if h.group("qp") else
+                    "an InfiniBand/RoCE transfer to "
                     f"{h.group('peer') or 'a peer'} failed (work completion error"
                     f"{' ' + h.group('err') if h.group('err') else ''}): a flaky link, switch "
                     "or HCA, or the peer process died"),
          "check the peer's log first; then the links (ibstat, ibv_devinfo, port error "
-         "counters); exclude the node if one HCA keeps failing",
+         "counters); exclude the node if one HCA keeps failing; on RoCE set NCCL_IB_GID_INDEX "
+         "to a routable (RoCE v2, IPv4-mapped) GID (show_gids)",
          FAULT, "NCCL's `NET/IB : Got completion from peer ... with error N` (or without the "
-         "peer), `IBV_WC_*_ERR`",
+         "peer), `IBV_WC_*_ERR`, `Call to ibv_modify_qp failed with error Connection timed "
+         "out`",
          suppresses=("nccl-remote-error",)),
     sig("gloo-ifname-invalid", "GLOO_SOCKET_IFNAME names no interface",
          [r"ifa != nullptr\. Unable to find address for: (?P<ifname>\S+)"],
@@ -1003,7 +1025,8 @@ CATALOG: tuple[Signature, ...] = (
          FAULT, "`Gloo connectFullMesh failed`, Gloo `Connect timeout` / `Connection refused`"),
     sig("master-unreachable", "node 0 unreachable",
          [r"meshrun: error: node 0's store at (?P<where>\S+) did not answer within (?P<secs>\d+) s",
-          r"\[c10d\].*\(errno: 11[13] - (?:Connection refused|No route to host)\)",
+          r"\[c10d\].*\(errno: 11[013] - (?:Connection refused|No route to host|Connection "
+          r"timed out)\)",
           r"ConnectionRefusedError: \[Errno 111\]",
           r"\[c10d\].*failed to connect.*(?:Connection refused|No route to host)"],
          lambda h: (f"nothing answered at node 0's store {h.group('where') or ''}".rstrip()
@@ -1012,7 +1035,8 @@ CATALOG: tuple[Signature, ...] = (
          meshrun_fix("start node 0 first with the same --master-addr/--master-port, and open "
                       "the port between the nodes (test with nc -zv ADDR PORT)"),
          FAULT, "meshrun's `node 0's store at ... did not answer`, torch's c10d `Connection "
-         "refused` / `No route to host`", suppresses=("rendezvous-connection-error",)),
+         "refused` / `No route to host` / `Connection timed out` (errno 110: nothing answers "
+         "at that address)", suppresses=("rendezvous-connection-error",)),
     # -- lost -------------------------------------------------------------------------------
     sig("node-lost", "node lost",
          [NODE_LOST_RE],
