@@ -41,6 +41,21 @@ def meshrun(*args: str, env: dict | None = None, cwd=None, timeout: float = 120,
 
 
 
+def wait_for_files(nodes, folder: Path, pattern: str, count: int,
+                   timeout: float = 120) -> list[Path]:
+    """The files matching ``pattern`` in ``folder`` once there are ``count`` of them (the
+    test scripts' workers write ``pid.<rank>`` when they train), while every node of
+    ``nodes`` (a harness ``Nodes``) runs; fails with their output otherwise."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while len(found := sorted(folder.glob(pattern))) < count:
+        assert time.monotonic() < deadline and all(p.poll() is None for p in nodes.procs), \
+            nodes.outputs()[-3000:]
+        time.sleep(0.2)
+    return found
+
+
 def reports(text: str) -> list[dict]:
     """The JSON objects printed by scripts/report.py, in rank order."""
     found = [json.loads(m.group(1)) for m in re.finditer(r"REPORT (\{.*\})", text)]

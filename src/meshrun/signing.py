@@ -172,28 +172,28 @@ class Verifier:
         try:
             value = data.decode()
         except UnicodeDecodeError:
-            raise self._ignore(key, "unsigned", data) from None
+            raise self.count_ignored(key, "unsigned", data) from None
         if not value.startswith(_HEADER):
-            raise self._ignore(key, "unsigned", data)
+            raise self.count_ignored(key, "unsigned", data)
         seq_text, _, rest = value[len(_HEADER):].partition(":")
         mac, _, payload = rest.partition(":")
         if not (seq_text.isascii() and seq_text.isdigit() and len(seq_text) <= 30
                 and str(int(seq_text)) == seq_text and mac.isascii() and len(mac) == 32
                 and rest[32:33] == ":"):
-            raise self._ignore(key, "mis-signed", data)
+            raise self.count_ignored(key, "mis-signed", data)
         seq = int(seq_text)
         if not hmac.compare_digest(mac, self._signer.mac(key, seq, payload)):
-            raise self._ignore(key, "mis-signed", data)
+            raise self.count_ignored(key, "mis-signed", data)
         with self._lock:
             older = seq < self._seqs.get(key, 0)
             if not older:
                 self._keep(self._seqs, key, seq, self.remember_seqs)
         if older:
-            raise self._ignore(key, "replayed", data)
+            raise self.count_ignored(key, "replayed", data)
         self._signer.above(seq)
         return payload
 
-    def _ignore(self, key: str, reason: str, data: bytes) -> Ignored:
+    def count_ignored(self, key: str, reason: str, data: bytes) -> Ignored:
         """Count an ignored value (the same value read again counts once)."""
         digest = hashlib.sha256(data).digest()[:8]
         with self._lock:
@@ -330,7 +330,7 @@ class SignedStore:
             [self.get(k) if self.raw.check([k]) else b"" for k in marks]
         good = sum(1 for v in values if v == b"1")
         if hint > good:
-            self.verifier._ignore(key, "unsigned", f"add {hint}".encode())
+            self.verifier.count_ignored(key, "unsigned", f"add {hint}".encode())
         return good
 
     def catch_up(self, keys: list[str]) -> None:

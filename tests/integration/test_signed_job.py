@@ -17,7 +17,7 @@ import time
 from datetime import timedelta
 
 import pytest
-from helpers import SCRIPTS, Nodes, clean_env
+from helpers import SCRIPTS, Nodes, clean_env, wait_for_files
 
 from meshrun import protocol
 
@@ -38,11 +38,7 @@ def test_a_signed_job_trains_through_a_strangers_writes(tmp_path):
     nodes = Nodes(tmp_path, ["--", str(SCRIPTS / "loop.py")], nnodes=2, run_id="signed",
                   env=env, extra=["--node-timeout", "10", "--hang-timeout", "6"])
     with nodes:
-        deadline = time.monotonic() + 120
-        while len(list(tmp_path.glob("pid.*"))) < 2:   # both workers train
-            assert time.monotonic() < deadline and all(p.poll() is None for p in nodes.procs), \
-                nodes.outputs()[-3000:]
-            time.sleep(0.2)
+        wait_for_files(nodes, tmp_path, "pid.*", 2)   # both workers train
         stranger = TCPStore("127.0.0.1", nodes.port, is_master=False,
                             timeout=timedelta(seconds=10), wait_for_workers=False)
         assert stranger.get(protocol.WATCH).startswith(b"ms1:")   # the job is signed

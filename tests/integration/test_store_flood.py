@@ -10,10 +10,9 @@ idle connections on this machine). A node agent runs with RES_OPTIONS="timeout:1
 from __future__ import annotations
 
 import socket
-import time
 
 import pytest
-from helpers import SCRIPTS, Nodes, clean_env
+from helpers import SCRIPTS, Nodes, clean_env, wait_for_files
 
 pytestmark = pytest.mark.slow
 
@@ -24,11 +23,7 @@ def _flooded_job(tmp_path, env_extra: dict | None = None) -> tuple[list[int | No
                   env=env, extra=["--node-timeout", "10"])
     idle: list[socket.socket] = []
     with nodes:
-        deadline = time.monotonic() + 120
-        while len(list(tmp_path.glob("pid.*"))) < 2:   # both workers train
-            assert time.monotonic() < deadline and all(p.poll() is None for p in nodes.procs), \
-                nodes.outputs()[-3000:]
-            time.sleep(0.2)
+        wait_for_files(nodes, tmp_path, "pid.*", 2)   # both workers train
         for _ in range(500):
             idle.append(socket.create_connection(("127.0.0.1", nodes.port), timeout=5))
         try:

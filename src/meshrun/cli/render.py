@@ -63,31 +63,28 @@ class RenderVerb(Verb):
         from ..render import spec as platform
 
         a = ctx.args
-        self._holds_token = ""
+        secret = ""   # the Secret's name when the file holds a job token drawn now
         if a.target in render.TARGETS:
             text = self._render_hf(ctx)
         elif a.target in platform.PLATFORM_TARGETS:
-            text = self._render_platform(ctx)
+            text, secret = self._render_platform(ctx)
         else:
             known = sorted({*render.TARGETS, *platform.PLATFORM_TARGETS})
             raise UsageError(f"unknown render target {a.target!r}", subject="meshrun render",
                              hint=f"use one of: {', '.join(known)}", code="unknown-render-target")
         text = text if text.endswith("\n") else text + "\n"
-        private = self._holds_token
-        if private:
+        if secret:
             print(f"meshrun: note: the file holds a job token drawn now (Secret "
-                  f"{private}): keep it as you keep a password"
+                  f"{secret}): keep it as you keep a password"
                   + ("; written readable by you only" if a.output else ""), file=sys.stderr)
         if not a.output:
             sys.stdout.write(text)
             return 0
         from ..outfile import write_output
 
-        write_output(a.output, text, force=a.force, private=bool(private))
+        write_output(a.output, text, force=a.force, private=bool(secret))
         print(f"meshrun: wrote {a.output}", file=sys.stderr)
         return 0
-
-    _holds_token = ""   # the Secret's name when the rendered file holds a job token
 
     def _run_flags(self, ctx: Context) -> list[str]:
         """The job-config flags as every node's ``meshrun run`` (and a regenerate line)
@@ -102,7 +99,8 @@ class RenderVerb(Verb):
             flags += ["--recipe", a.recipe]
         return flags
 
-    def _render_platform(self, ctx: Context) -> str:
+    def _render_platform(self, ctx: Context) -> tuple[str, str]:
+        """The file, and the name of the Secret in it that holds a job token ("": none)."""
         from ..render import spec as platform
 
         a = ctx.args
@@ -121,9 +119,8 @@ class RenderVerb(Verb):
                                         job_token="" if a.no_token else new_token(), **values)
         for note in spec.notes:
             print(f"meshrun: note: {note}", file=sys.stderr)
-        if spec.signed and spec.target not in ("slurm", "docker"):
-            self._holds_token = spec.token_secret
-        return platform.render_platform(spec)
+        holds = spec.signed and spec.target not in ("slurm", "docker")  # those never write it
+        return platform.render_platform(spec), spec.token_secret if holds else ""
 
     def _render_hf(self, ctx: Context) -> str:
         from .. import render

@@ -32,7 +32,7 @@ from .. import protocol
 from ..errors import StartupError
 from ..plan import LaunchPlan
 from ..signing import Ignored, Signer, Signing, Verifier, catch_up, tallied, tally, wrap
-from ..topology.address import join_host_port
+from ..topology.address import is_loopback, join_host_port
 from .membership import Membership
 
 _ATTEMPT_S = 5.0
@@ -66,18 +66,6 @@ def say(message: str) -> None:
     print(f"meshrun: {message}", flush=True)
 
 
-def loopback(host: str) -> bool:
-    """``host`` is this machine's loopback (no name is looked up)."""
-    import ipaddress
-
-    if host.strip("[]").lower() in ("localhost", "localhost.localdomain", "ip6-localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
 def control_plane_line(plan: LaunchPlan, token: str | None) -> str:
     """How the job's control plane is protected (docs/security.md): "" when there is nothing
     to say (one node, or every node on this host's loopback without a token)."""
@@ -86,7 +74,7 @@ def control_plane_line(plan: LaunchPlan, token: str | None) -> str:
     if token is not None:
         return ("control plane signed with the job token: values in the job's store that "
                 "do not carry it are ignored")
-    if loopback(plan.master_addr):
+    if is_loopback(plan.master_addr):
         return ""
     where = join_host_port(plan.master_addr, plan.master_port or "auto")
     return (f"warning: the control plane is unauthenticated: anyone who can reach {where} "

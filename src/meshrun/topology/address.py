@@ -67,6 +67,16 @@ def host_problem(text: str) -> str:
         else BAD_LABELS
 
 
+def is_loopback(host: str) -> bool:
+    """``host`` is this machine's loopback (a name is not looked up: only ``localhost``)."""
+    if unbracket(host).lower() in ("localhost", "localhost.localdomain", "ip6-localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(unbracket(host)).is_loopback
+    except ValueError:
+        return False
+
+
 def join_host_port(host: str, port: int | str) -> str:
     """``host:port``, with an IPv6 host in brackets: ``[fd00::1]:29400``."""
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
