@@ -55,6 +55,10 @@ def _main(argv: Sequence[str] | None) -> int:
         from ..sockets import resolver_for_agent
 
         resolver_for_agent(sys.argv[1:])   # may exec this process again, once
+    if argv is None:   # meshrun's own process: its import of torch, if any, without the
+        from ..worker import frozen   # collector walking torch's objects (worker/frozen.py)
+
+        frozen.install()
     argv = list(sys.argv[1:] if argv is None else argv)
     env = dict(os.environ)  # the one read of the environment; handed down from here
     try:
