@@ -15,6 +15,7 @@ from datetime import timedelta
 import pytest
 
 from meshrun import protocol
+from meshrun.harness import free_port
 from meshrun.runtime.events import EventKind
 
 NODE = textwrap.dedent("""
@@ -40,7 +41,7 @@ NODE = textwrap.dedent("""
 def _master(nnodes: int):
     from torch.distributed import TCPStore
 
-    master = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+    master = TCPStore("127.0.0.1", free_port(), is_master=True, wait_for_workers=False,
                       timeout=timedelta(seconds=5))
     master.set(protocol.WATCH, protocol.Watch(0).encode())
     for node in range(nnodes):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+from meshrun.harness import free_port
 from meshrun.runtime.events import Goodbye
 from meshrun.runtime.liveness import Liveness
 
@@ -69,7 +70,7 @@ def _signed_links(nonce_of_node_1: str):
     from meshrun.signing import Signer, Signing
 
     token = "a-job-token-of-some-length"
-    master = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+    master = TCPStore("127.0.0.1", free_port(), is_master=True, wait_for_workers=False,
                       timeout=timedelta(seconds=5))
     node0 = Signing(Signer(token, "run", "nonce"))
     node1 = Signing(Signer(token, "run", nonce_of_node_1))
@@ -111,7 +112,7 @@ def test_a_links_key_holding_no_endpoint_is_as_if_not_published():
 
     from meshrun import protocol
 
-    master = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+    master = TCPStore("127.0.0.1", free_port(), is_master=True, wait_for_workers=False,
                       timeout=timedelta(seconds=5))
     master.set(protocol.LINKS, "garbage")
     links = Liveness(1, 2, on_change=lambda: None)

@@ -13,6 +13,7 @@ import time
 import pytest
 
 from meshrun import protocol
+from meshrun.harness import free_port
 
 # torch first, as in a training script: the writer's thread then connects at once instead of
 # importing torch itself (seconds under the whole suite's load, past the script's end: the
@@ -44,7 +45,7 @@ def test_the_newest_step_reaches_the_store():
 
     from torch.distributed import TCPStore
 
-    master = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+    master = TCPStore("127.0.0.1", free_port(), is_master=True, wait_for_workers=False,
                       timeout=timedelta(seconds=5))
     done, _ = _run(master.port)
     assert done.returncode == 0, done.stderr

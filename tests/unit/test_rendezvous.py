@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from meshrun import protocol
+from meshrun.harness import free_port
 from meshrun.runtime.membership import Membership, after_loss
 from meshrun.runtime.rendezvous import RoundError, Rounds, next_round, seat_and_world
 from meshrun.runtime.store import BoundedStore
@@ -19,7 +20,7 @@ from meshrun.runtime.store import BoundedStore
 def master():
     from torch.distributed import TCPStore
 
-    store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+    store = TCPStore("127.0.0.1", free_port(), is_master=True, wait_for_workers=False,
                      timeout=timedelta(seconds=5))
     yield store
 

@@ -11,6 +11,7 @@ import pytest
 
 from meshrun import protocol
 from meshrun.errors import UsageError
+from meshrun.harness import free_port
 from meshrun.signing import (
     Ignored,
     SignedStore,
@@ -171,7 +172,7 @@ def test_repr_shows_neither_the_token_nor_the_key():
 def tcp_store():
     from torch.distributed import TCPStore
 
-    return TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+    return TCPStore("127.0.0.1", free_port(), is_master=True, wait_for_workers=False,
                     timeout=timedelta(seconds=5))
 
 
@@ -370,7 +371,7 @@ def test_compare_set_replaces_a_stranger_s_undecodable_value():
 
     from torch.distributed import TCPStore
 
-    store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+    store = TCPStore("127.0.0.1", free_port(), is_master=True, wait_for_workers=False,
                      timeout=timedelta(seconds=5))
     key = protocol.cause_key(0)
     store.set(key, b"\xff\xfe")                       # not text: the stranger's bytes

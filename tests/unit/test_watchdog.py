@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from meshrun.harness import free_port
 from meshrun.runtime.events import (
     hang_line,
     in_collective,
@@ -156,7 +157,7 @@ def _job(nnodes: int = 2, clock=None, **kw):
     from meshrun import protocol
     from meshrun.runtime.watchdog import Watchdog
 
-    master = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+    master = TCPStore("127.0.0.1", free_port(), is_master=True, wait_for_workers=False,
                       timeout=timedelta(seconds=5))
     signing = kw.get("signing")  # a job token's: every value signed, every watchdog reads so
     first = signing.wrap(master) if signing is not None else master

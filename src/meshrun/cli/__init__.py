@@ -56,7 +56,7 @@ def _main(argv: Sequence[str] | None) -> int:
 
         resolver_for_agent(sys.argv[1:])   # may exec this process again, once
     if argv is None:   # meshrun's own process: its import of torch, if any, without the
-        from ..worker import frozen   # collector walking torch's objects (worker/frozen.py)
+        from ..worker import frozen  # collector walking torch's objects (worker/frozen.py)
 
         frozen.install()
     argv = list(sys.argv[1:] if argv is None else argv)
