@@ -171,6 +171,17 @@ CATALOG: tuple[Signature, ...] = (
          SETUP, "an nvcc path with a ':' in it (`unable to execute "
          "'/usr/local/cuda-10.1:/bin/nvcc'`)",
          suppresses=("deepspeed-no-cuda-compiler",)),
+    sig("cuda-toolkit-missing", "no CUDA toolkit to build an extension",
+         [r"CUDA_HOME environment variable is not set\. Please set it to your CUDA install root"],
+         "a package built a CUDA extension (torch.utils.cpp_extension: its setup.py, or a JIT "
+         "load at run time) and found no CUDA toolkit: CUDA_HOME is not set and no nvcc is on "
+         "PATH or in /usr/local/cuda; the NVIDIA driver and torch's own CUDA libraries do not "
+         "include the compiler",
+         "install the CUDA toolkit of the CUDA version torch was built with (python -c 'import "
+         "torch; print(torch.version.cuda)'), or use an image that has it (a -devel image), "
+         "then export CUDA_HOME=/usr/local/cuda-X.Y (its bin/nvcc must exist) and build again",
+         SETUP, "torch.utils.cpp_extension's `CUDA_HOME environment variable is not set. Please "
+         "set it to your CUDA install root.`"),
     sig("deepspeed-no-cuda-compiler", "DeepSpeed cannot compile its CUDA ops",
          [r"CUDA_HOME does not exist, unable to compile CUDA op\(s\)",
           r"MissingCUDAException",
@@ -308,6 +319,18 @@ CATALOG: tuple[Signature, ...] = (
          FAULT, "torch.load's `PytorchStreamReader failed reading zip archive: failed finding "
          "central directory` (and `... failed reading file ...: file read failed`, `unexpected "
          "EOF, expected N more bytes. The file might be corrupted`)"),
+    # a zip whose header is broken, not only its end: cut short, or two writers at once
+    sig("checkpoint-truncated", "the checkpoint file is broken",
+         [r"PytorchStreamReader failed reading file \S+: invalid header or archive is corrupted"],
+         "a checkpoint file is broken inside, not only at its end: it was written by more than "
+         "one process at once (every rank, or every node's rank 0, saving to the same path on "
+         "a shared folder), or its save or copy was cut short",
+         "resume from the previous checkpoint (move the broken file away); save from one rank "
+         "only (if rank == 0, or the framework's own save), to a temporary name renamed when "
+         "whole",
+         FAULT, "torch.load's `PytorchStreamReader failed reading file ...: invalid header or "
+         "archive is corrupted` (its text names both causes)",
+         also=("checkpoint-multi-rank-race",)),
     sig("checkpoint-is-lfs-pointer", "the checkpoint is a Git LFS pointer",
          [r"UnpicklingError: invalid load key, 'v'"],
          "the checkpoint file is a Git LFS pointer (a small text file that begins 'version "
@@ -319,14 +342,21 @@ CATALOG: tuple[Signature, ...] = (
          FAULT, "`_pickle.UnpicklingError: invalid load key, 'v'.`"),
     sig("device-map-auto-with-ddp", "device_map='auto' in a multi-process job",
          [r"You can't train a model that has been loaded with `device_map='auto'` in any "
-          r"distributed mode"],
-         "the model was loaded with device_map='auto' (spread over every GPU the process sees, "
-         "for one process), and this job runs one process per GPU",
+          r"distributed mode",
+          # DDP broadcasting parameters that are DTensors (transformers' device_map='auto' / a
+          # tp_plan shards them) at its construction
+          r"found no DeviceMesh from dtensor args for c10d\.broadcast_"],
+         lambda h: ("the model was loaded with device_map='auto' (spread over every GPU the "
+                    "process sees, for one process), and this job runs one process per GPU"
+                    + ("; here its parameters are DTensors (a device_map or tp_plan sharded "
+                       "them), which DistributedDataParallel cannot broadcast"
+                       if "DeviceMesh" in h.line else "")),
          "load it on the rank's own GPU when training with several processes: "
          "device_map={'': int(os.environ['LOCAL_RANK'])} (or no device_map, then .to(device)); "
          "keep device_map='auto' for a single process",
          SETUP, "accelerate's `You can't train a model that has been loaded with "
-         "`device_map='auto'` in any distributed mode`"),
+         "`device_map='auto'` in any distributed mode`; DDP's `found no DeviceMesh from dtensor "
+         "args for c10d.broadcast_`"),
     sig("library-too-old-for-torch", "a package made for another torch",
          [r"No module named '(?P<mod>torch\._six|torch\._?[\w.]+)'"],
          lambda h: (f"a package imports {h.group('mod')}, which this torch does not have: the "
@@ -358,11 +388,14 @@ CATALOG: tuple[Signature, ...] = (
          [r"Current CUDA Device does not support bfloat16",
           r"Bfloat16 is only supported on GPUs with compute capability of at least 8\.0",
           r"bf16 is not supported on (?:this|your) (?:GPU|device)",
-          r"Your setup doesn't support bf16/gpu"],
+          r"Your setup doesn't support bf16/gpu",
+          r"bf16 mixed precision requires PyTorch >= 1\.10 and a supported device"],
          lambda h: ("bfloat16 was asked for where it is not supported: a GPU below compute "
                     "capability 8.0 (V100, T4, P100 and older)" + (
                         ", or a torch older than 1.10 or built for a CUDA older than 11 "
-                        "(transformers checks all three)" if "bf16/gpu" in h.line else "")),
+                        "(transformers checks all three)" if "bf16/gpu" in h.line else
+                        ", or a torch older than 1.10 (accelerate checks both)"
+                        if "PyTorch >= 1.10" in h.line else "")),
          "use float16 with a GradScaler (or fp32) on these GPUs: meshrun's recipes choose "
          "it with parallel.mixed_precision=auto; HF: fp16=True instead of bf16=True; "
          "Lightning: precision='16-mixed'",
@@ -767,6 +800,21 @@ CATALOG: tuple[Signature, ...] = (
          oom_cause, oom_fix,
          FAULT, "`torch.OutOfMemoryError: CUDA out of memory. Tried to allocate X`, "
          "`CUBLAS_STATUS_ALLOC_FAILED`"),
+    # at the process's first use of the GPU (CUDA starting, the model built or moved onto it):
+    # the context itself did not fit, the GPU was full before this process came
+    sig("cuda-alloc-failed", "the GPU was full before the job started",
+         [r"CUDA error: out of memory"],
+         "the CUDA runtime could not allocate at this process's first use of the GPU (CUDA "
+         "starting, the model built or moved onto it), before any training: the GPU was "
+         "already full, held by other processes (another job or user, a process left over "
+         "from an earlier run), or several ranks were put on the same GPU",
+         "nvidia-smi on the node: stop what holds the GPU or pick a free one "
+         "(CUDA_VISIBLE_DEVICES); let meshrun give each rank its own GPU",
+         FAULT, "the CUDA runtime's `CUDA error: out of memory` raised from CUDA's start-up "
+         "(`_lazy_init`, `set_device`) or while the model is built or moved (a module's "
+         "`__init__`, `_apply`)",
+         confirm=r"in _lazy_init|in set_device|in _apply\b|"
+                 r"torch/nn/modules/\S+\", line \d+, in __init__"),
     sig("cuda-alloc-failed", "the CUDA runtime could not allocate",
          [r"CUDA error: out of memory"],
          "the CUDA runtime itself could not allocate memory (not torch's caching allocator, "
@@ -871,8 +919,8 @@ CATALOG: tuple[Signature, ...] = (
          FAULT, "torch.save's `RuntimeError: File X cannot be opened.` (its text names the three "
          "causes), `RuntimeError: Parent directory X does not exist.`", also=("disk-full",)),
     sig("path-not-writable", "a path the job writes is not writable",
-         [r"PermissionError: \[Errno 13\] Permission denied: "
-          r"'(?P<path>(?!/(?:dev|proc|sys)/)[^']+)'",
+         [(r"(?:(?:PermissionError|OSError): |^)\[Errno 13\] Permission denied: "
+           r"'(?P<path>(?!/(?:dev|proc|sys)/)[^']+)'"),
           r"OSError: \[Errno 30\] Read-only file system: '(?P<ro>(?!/(?:dev|proc|sys)/)[^']+)'"],
          lambda h: (f"this process may not create or write {h.group('path') or h.group('ro')}"
                     + (" (a read-only file system)" if h.group("ro") else
@@ -882,7 +930,8 @@ CATALOG: tuple[Signature, ...] = (
                     "that exists on its author's machine only"),
          "point the script's output and checkpoint folders at a path this user can write on "
          "every node (a shared one for checkpoints), or create it with the right owner first",
-         unless_warning(SETUP), "`PermissionError: [Errno 13] Permission denied: '/data'`, "
+         unless_warning(SETUP), "`PermissionError: [Errno 13] Permission denied: '/data'` (or "
+         "OSError's, or a line that is only `[Errno 13] ...`), "
          "`OSError: [Errno 30] Read-only file system: ...` (not under /dev, /proc or /sys: "
          "devices and /dev/shm have their own causes; advice only in a warning)"),
     sig("too-many-open-files", "too many open files",
@@ -1094,6 +1143,18 @@ CATALOG: tuple[Signature, ...] = (
          "`DistStoreError: Timed out after N seconds waiting for clients. J/W clients joined.`, "
          "the store-based barrier's `num_workers_joined=J` (too many: shared store or wrong "
          "world size; too few: ranks missing)"),
+    # the same barrier's line cut before its counts (torch < 2.0 wrote them after a colon)
+    sig("store-barrier-timeout", "store barrier timed out",
+         [r"imed out initializing process group in store based barrier(?! on rank:? \d+, for key)"],
+         "not every process reached init_process_group within its timeout (torch's "
+         "store-based barrier at the end of it): some ranks got there much later than others "
+         "(a long data preprocessing, a download or a compilation before it on some ranks), "
+         "failed before it, or cannot reach node 0",
+         "do the slow work before the process group on every rank alike (or on one rank, then "
+         "a barrier after init), or give init_process_group(timeout=timedelta(...)) enough "
+         "time for it; a rank that never got there says why in its own log",
+         LOST, "`Timed out initializing process group in store based barrier on rank` without "
+         "the counts after it"),
     sig("rendezvous-timeout", "rendezvous timed out",
          [r"RendezvousTimeoutError"],
          "not every node joined torch's rendezvous in time: a node did not start, or started "
