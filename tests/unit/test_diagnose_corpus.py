@@ -24,10 +24,10 @@ from meshrun import diagnose  # noqa: E402
 
 CASES = cases()
 HELDOUT = heldout()
-# docs/diagnose.md#how-good-is-it, 2026-11-27: development 246 of 285 (the first seven held-out
-# sets in it), held-out: the eighth set, 22 of 30 after its misses were read (blind, as
-# collected: 13 right, 1 wrong, a label since corrected)
-RIGHT_AT_LEAST = {"development": 0.86, "held-out": 0.73}
+# docs/diagnose.md#how-good-is-it, 2026-11-27: development 266 of 313 (the first eight held-out
+# sets in it), held-out: the ninth set, 18 of 30 after its misses were read (blind, as
+# collected: 10 right, 2 wrong, both labels since corrected)
+RIGHT_AT_LEAST = {"development": 0.84, "held-out": 0.6}
 
 
 def test_the_corpus_is_big_enough_and_its_headers_are_sound():

@@ -161,7 +161,8 @@ CATALOG: tuple[Signature, ...] = (
          SETUP, "`No module named 'mpi4py'` (its text names both causes)",
          suppresses=("python-module-missing",), also=("deepspeed-outside-launcher",)),
     sig("cuda-home-malformed", "the CUDA path holds a ':'",
-         [r"'(?P<home>/[^':]*:[^']*)/bin/nvcc'"],
+         [r"'(?P<home>/[^':]*:[^']*)/bin/nvcc'",
+          r"(?P<home>\S*:\S*)/bin/nvcc: not found"],
          lambda h: (f"the build called {h.group('home')}/bin/nvcc: the CUDA toolkit's folder "
                     "(CUDA_HOME or CUDA_PATH) was set like a PATH list, two folders joined by "
                     "':' (export CUDA_HOME=$CUDA_HOME:/usr/local/cuda-X), so no nvcc is found "
@@ -169,7 +170,8 @@ CATALOG: tuple[Signature, ...] = (
          "set CUDA_HOME to one folder (export CUDA_HOME=/usr/local/cuda-12.1; its bin/nvcc "
          "must exist), then build again",
          SETUP, "an nvcc path with a ':' in it (`unable to execute "
-         "'/usr/local/cuda-10.1:/bin/nvcc'`)",
+         "'/usr/local/cuda-10.1:/bin/nvcc'`, the shell's `:/usr/local/cuda-10.1/bin/nvcc: not "
+         "found`)",
          suppresses=("deepspeed-no-cuda-compiler",)),
     sig("cuda-toolkit-missing", "no CUDA toolkit to build an extension",
          [r"CUDA_HOME environment variable is not set\. Please set it to your CUDA install root"],
@@ -368,6 +370,17 @@ CATALOG: tuple[Signature, ...] = (
          SETUP, "`No module named 'torch._six'` (any `torch.` module missing)",
          suppresses=("python-module-missing",)),
     sig("library-too-old-for-torch", "a package made for another torch",
+         [r"cannot import name '(?P<name>\w+)' from '(?P<mod>torch(?:\.\w+)*)'"],
+         lambda h: (f"a package imports {h.group('name')} from {h.group('mod')}, which this "
+                    "torch does not have: the package was made for an older torch (the name was "
+                    "renamed or removed since; torch's internal modules change between "
+                    "releases), or for a newer one"),
+         "upgrade the package that imports it (its file is the frame above the error: "
+         "pip install -U PACKAGE) to a release made for this torch, or install the torch it "
+         "was made for",
+         SETUP, "`ImportError: cannot import name 'X' from 'torch.…'`",
+         suppresses=("python-module-missing",)),
+    sig("library-too-old-for-torch", "a package made for another torch",
          [r"PyTorch (?P<built>\S+) with CUDA \d+ \(you have (?P<have>[^)]+)\)"],
          lambda h: (f"xFormers was built for PyTorch {h.group('built')}, and this is torch "
                     f"{h.group('have')}: its compiled extensions do not load in another torch"),
@@ -431,7 +444,7 @@ CATALOG: tuple[Signature, ...] = (
          FAULT, "`Tensors must be CUDA and dense`, `No backend type associated with device "
          "type cpu`"),
     sig("mpi-host-slots-too-few", "more MPI processes than host slots",
-         [r"There are not enough slots available in the system to satisfy the (?P<n>\d+)"],
+         [r"not enough slots available in the system to satisfy the (?P<n>\d+|N)\b"],
          lambda h: (f"mpirun was asked for {h.group('n')} processes but the hosts it was given "
                     "offer fewer slots (a host listed without :N counts one slot, or Open MPI "
                     "counts cores, not GPUs)"),
@@ -1028,8 +1041,12 @@ CATALOG: tuple[Signature, ...] = (
          [(r"NET/IB ?: Got completion (?:from peer (?P<peer>\S+) )?with (?:status=|error )"
            r"(?P<err>\d+)"),
           r"\bIBV_WC_\w+_ERR\b",
+          r"NET/IB ?: Got async event ?: (?P<async>port error)",
           r"Call to ibv_modify_qp failed with error (?P<qp>Connection timed out|No route to host)"],
-         lambda h: ("NCCL could not connect an InfiniBand/RoCE queue pair to the other node "
+         lambda h: ("an InfiniBand port of this node reported errors (NCCL's async event: port "
+                    "error): a flapping link (a bad cable, transceiver, switch port or HCA); "
+                    "NCCL's transfers over it fail or stall" if h.group("async") else
+                    "NCCL could not connect an InfiniBand/RoCE queue pair to the other node "
                     f"(ibv_modify_qp: {h.group('qp')}): on RoCE the GID index in use is often "
                     "one the network does not route (a link-local IPv6 GID), or the ports are "
                     "on fabrics that do not reach each other" if h.group("qp") else
@@ -1041,18 +1058,22 @@ CATALOG: tuple[Signature, ...] = (
          "counters); exclude the node if one HCA keeps failing; on RoCE set NCCL_IB_GID_INDEX "
          "to a routable (RoCE v2, IPv4-mapped) GID (show_gids)",
          FAULT, "NCCL's `NET/IB : Got completion from peer ... with error N` (or without the "
-         "peer), `IBV_WC_*_ERR`, `Call to ibv_modify_qp failed with error Connection timed "
-         "out`",
+         "peer), `IBV_WC_*_ERR`, `Got async event : port error`, `Call to ibv_modify_qp failed "
+         "with error Connection timed out`",
          suppresses=("nccl-remote-error",)),
     sig("gloo-ifname-invalid", "GLOO_SOCKET_IFNAME names no interface",
-         [r"ifa != nullptr\. Unable to find address for: (?P<ifname>\S+)"],
+         [r"ifa != nullptr\. Unable to find address for: (?P<ifname>\S+)",
+          # the check's text cut off: a name that is an interface's (eth0, enp7s0, ib0, bond0)
+          (r"(?<!rp != nullptr\. )Unable to find address for: "
+           r"(?P<ifname>(?:eth|en[ops]|ib|bond|eno|ens|wl)\w*)\s*$")],
          lambda h: (f"GLOO_SOCKET_IFNAME={h.group('ifname')} names no interface of this node"
                     + (": Gloo takes one interface name, not NCCL's '^' exclusions or a list"
                        if h.group("ifname", "")[:1] == "^" or "," in h.group("ifname", "")
                        else " (interface names differ between machines and images)")),
          "set GLOO_SOCKET_IFNAME to the one interface that connects the nodes on this node "
          "(ip -br addr), or unset it and let meshrun choose per node",
-         SETUP, "Gloo's `ifa != nullptr. Unable to find address for: IFNAME` (tcp/device.cc)"),
+         SETUP, "Gloo's `ifa != nullptr. Unable to find address for: IFNAME` (tcp/device.cc; "
+         "without the check's text, when the name is an interface's: eth0, enp7s0, ib0)"),
     sig("gloo-hostname-unresolvable", "Gloo cannot resolve this host's name",
          [r"rp != nullptr\. Unable to find address for: (?P<host>\S+)"],
          lambda h: (f"Gloo looks up this machine's own hostname ({h.group('host')}) to find the "
@@ -1074,10 +1095,9 @@ CATALOG: tuple[Signature, ...] = (
          FAULT, "`Gloo connectFullMesh failed`, Gloo `Connect timeout` / `Connection refused`"),
     sig("master-unreachable", "node 0 unreachable",
          [r"meshrun: error: node 0's store at (?P<where>\S+) did not answer within (?P<secs>\d+) s",
-          r"\[c10d\].*\(errno: 11[013] - (?:Connection refused|No route to host|Connection "
-          r"timed out)\)",
+          r"\[c10d\].*\(errno: 11[01] - (?:Connection refused|Connection timed out)\)",
           r"ConnectionRefusedError: \[Errno 111\]",
-          r"\[c10d\].*failed to connect.*(?:Connection refused|No route to host)"],
+          r"\[c10d\].*failed to connect.*Connection refused"],
          lambda h: (f"nothing answered at node 0's store {h.group('where') or ''}".rstrip()
                     + ": node 0 is not running (yet, or any more), listens on another port, or a "
                     "firewall blocks the port"),
@@ -1184,6 +1204,17 @@ CATALOG: tuple[Signature, ...] = (
          "that the port is open between the nodes (nc -zv ADDR PORT)",
          EFFECT, "`RendezvousConnectionError`, `The client socket has timed out after Nms while "
          "trying to connect to (HOST, PORT)`"),
+    # the kernel says the address cannot be reached from here at all: not a node 0 that is late
+    sig("rendezvous-connection-error", "no route to the store's address",
+         [(r"failed to connect to (?P<target>[^\s,()]+):(?P<port>\d+) \(errno: 113 - "
+           r"No route to host\)")],
+         lambda h: (f"this node has no route to the job's store at {h.group('target')}:"
+                    f"{h.group('port')}: that address is wrong for this node (node 0's address "
+                    "on a network the others are not on, often the first interface a launcher "
+                    "picked on node 0), or a firewall rejects it"),
+         "give every node the address of node 0 on the network they share (--master-addr; "
+         "ip -br addr on node 0, then ping it from this node), or open the firewall",
+         SETUP, "c10d's `failed to connect to HOST:PORT (errno: 113 - No route to host)`"),
     sig("store-connection-lost", "store connection lost",
          [r"Connection was likely closed\. Did the remote server shutdown or crash\?"],
          "this process lost its connection to the job's store on node 0: node 0 died, was "
