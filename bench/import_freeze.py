@@ -7,8 +7,8 @@ without, alternating so machine noise hits both alike:
 
 - ``import torch`` alone, and with ``torch._dynamo`` (which every script with a torch
   optimizer imports at its first ``zero_grad()``), in a plain interpreter;
-- a 2-node x 2-process ``meshrun simulate`` job of ``examples/train_tiny.py``, its workers
-  with ``MESHRUN_GC_FREEZE=1`` (the default) and ``=0`` (meshrun's own agents freeze in both).
+- a 2-node x 2-process ``meshrun simulate`` job of ``examples/train_tiny.py`` with
+  ``MESHRUN_GC_FREEZE=1`` (the default: its agents and workers freeze) and ``=0`` (none do).
 """
 
 from __future__ import annotations
@@ -61,8 +61,8 @@ def main() -> None:
             commands[f"{name} (frozen)"] = ([sys.executable, "-c", FREEZE + code], env)
         job = [sys.executable, "-m", "meshrun", "simulate", "--nodes", "2", "--nproc-per-node",
                "2", "--", str(ROOT / "examples" / "train_tiny.py")]
-        commands["2 x 2 simulate job (workers not frozen)"] = (job, {**env, "MESHRUN_GC_FREEZE": "0"})
-        commands["2 x 2 simulate job (workers frozen)"] = (job, {**env, "MESHRUN_GC_FREEZE": "1"})
+        commands["2 x 2 simulate job (nothing frozen)"] = (job, {**env, "MESHRUN_GC_FREEZE": "0"})
+        commands["2 x 2 simulate job (frozen, the default)"] = (job, {**env, "MESHRUN_GC_FREEZE": "1"})
         for argv, run_env in commands.values():
             measure(argv, run_env, cwd)  # warm the page cache and the bytecode once
         names = list(commands)

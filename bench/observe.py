@@ -96,6 +96,7 @@ LAYOUTS = {
 
 NODE_SHARE = [0.9]   # of the host's cores, shared by the nodes (--node-share)
 TRACE: list[str | None] = [None]   # --trace: a folder for every rank's progress values
+EXTRA_ENV: dict[str, str] = {}     # --env NAME=VALUE: for every job's nodes
 
 
 def node_cpus(nnodes: int, nproc: int) -> float:
@@ -114,7 +115,8 @@ class Job:
         self.job = CpuQuota("obsjob", shares=SHARES[0])
         self.groups = [CpuQuota(f"node{k}", cpus=self.cpus, parent=self.job)
                        for k in range(nnodes)]
-        job_env = clean_env(LIGHTNING_NODES=str(nnodes), **layout.env, **(env or {}))
+        job_env = clean_env(LIGHTNING_NODES=str(nnodes), **layout.env, **EXTRA_ENV,
+                            **(env or {}))
         self.nodes = Nodes(folder, layout.command, nnodes=nnodes, nproc=layout.nproc,
                            extra=(*layout.extra, *extra), env=job_env, run_id="obs",
                            log_dir=folder / "logs",
@@ -443,8 +445,15 @@ def main() -> int:
     parser.add_argument("--trace", metavar="DIR",
                         help="slow, soak: keep every rank's progress values (twice a second) "
                              "there, to replay the rule offline")
+    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                        help="a variable for every job's nodes (MESHRUN_GC_FREEZE=0, ...)")
     a = parser.parse_args()
     TRACE[0] = a.trace
+    for pair in a.env:
+        name, eq, value = pair.partition("=")
+        if not eq or not name:
+            sys.exit(f"bench/observe.py: --env {pair!r} is not NAME=VALUE")
+        EXTRA_ENV[name] = value
     SHARES[0], NODE_SHARE[0] = a.shares, a.node_share
     why = available()
     if why and a.part != "cost":

@@ -113,3 +113,20 @@ def test_installing_twice_or_after_the_import_does_nothing(tmp_path):
         print(sum(type(f).__module__ == frozen.__name__ for f in sys.meta_path))
     """)
     assert out.strip() == "1"
+
+
+def test_meshrun_s_own_process_installs_it_unless_turned_off(tmp_path):
+    """The CLI of a real meshrun process (an agent's) installs the frozen import; `meshrun plan`
+    never imports torch, so the finder is still waiting there when the verb returns."""
+    script = """
+        import contextlib, io, sys
+        sys.argv = ["meshrun", "plan", "--json"]
+        from meshrun.cli import _main
+        with contextlib.redirect_stdout(io.StringIO()):
+            _main(None)
+        from meshrun.worker import frozen
+        print(any(type(f).__module__ == frozen.__name__ for f in sys.meta_path),
+              "torch" in sys.modules)
+    """
+    assert _run(tmp_path, script).strip() == "True False"
+    assert _run(tmp_path, script, env={"MESHRUN_GC_FREEZE": "0"}).strip() == "False False"

@@ -15,7 +15,7 @@ under ``python``. What differs: objects alive at that moment are no longer walke
 collector (reference counting still frees them as usual; a reference cycle among them made
 before ``import torch`` is never collected), and a worker's DataLoader processes forked
 later copy fewer pages. Every meshrun worker (the bootstrap shim) and every meshrun agent
-does it; ``MESHRUN_GC_FREEZE=0`` turns it off for the workers.
+does it; ``MESHRUN_GC_FREEZE=0`` turns it off (for the agents and the workers).
 """
 
 from __future__ import annotations
