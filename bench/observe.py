@@ -115,8 +115,8 @@ class Job:
         self.job = CpuQuota("obsjob", shares=SHARES[0])
         self.groups = [CpuQuota(f"node{k}", cpus=self.cpus, parent=self.job)
                        for k in range(nnodes)]
-        job_env = clean_env(LIGHTNING_NODES=str(nnodes), **layout.env, **EXTRA_ENV,
-                            **(env or {}))
+        job_env = clean_env(**{"LIGHTNING_NODES": str(nnodes), **layout.env, **EXTRA_ENV,
+                               **(env or {})})
         self.nodes = Nodes(folder, layout.command, nnodes=nnodes, nproc=layout.nproc,
                            extra=(*layout.extra, *extra), env=job_env, run_id="obs",
                            log_dir=folder / "logs",

@@ -58,7 +58,7 @@ def _main(argv: Sequence[str] | None) -> int:
     if argv is None:   # meshrun's own process: its import of torch, if any, without the
         from ..worker import frozen  # collector walking torch's objects (worker/frozen.py)
 
-        if os.environ.get(frozen.OFF) != "0":
+        if frozen.enabled(os.environ):
             frozen.install()
     argv = list(sys.argv[1:] if argv is None else argv)
     env = dict(os.environ)  # the one read of the environment; handed down from here

@@ -15,6 +15,7 @@ from .causes import (
     NODE_LOST_RE,
     abi_cause,
     arch_cause,
+    at_first_gpu_use,
     barrier_cause,
     barrier_fix,
     barrier_priority,
@@ -344,21 +345,25 @@ CATALOG: tuple[Signature, ...] = (
          FAULT, "`_pickle.UnpicklingError: invalid load key, 'v'.`"),
     sig("device-map-auto-with-ddp", "device_map='auto' in a multi-process job",
          [r"You can't train a model that has been loaded with `device_map='auto'` in any "
-          r"distributed mode",
-          # DDP broadcasting parameters that are DTensors (transformers' device_map='auto' / a
-          # tp_plan shards them) at its construction
-          r"found no DeviceMesh from dtensor args for c10d\.broadcast_"],
-         lambda h: ("the model was loaded with device_map='auto' (spread over every GPU the "
-                    "process sees, for one process), and this job runs one process per GPU"
-                    + ("; here its parameters are DTensors (a device_map or tp_plan sharded "
-                       "them), which DistributedDataParallel cannot broadcast"
-                       if "DeviceMesh" in h.line else "")),
+          r"distributed mode"],
+         "the model was loaded with device_map='auto' (spread over every GPU the process sees, "
+         "for one process), and this job runs one process per GPU",
          "load it on the rank's own GPU when training with several processes: "
          "device_map={'': int(os.environ['LOCAL_RANK'])} (or no device_map, then .to(device)); "
          "keep device_map='auto' for a single process",
          SETUP, "accelerate's `You can't train a model that has been loaded with "
-         "`device_map='auto'` in any distributed mode`; DDP's `found no DeviceMesh from dtensor "
-         "args for c10d.broadcast_`"),
+         "`device_map='auto'` in any distributed mode`"),
+    # DDP broadcasting parameters that are DTensors at its construction
+    sig("device-map-auto-with-ddp", "DDP over tensor-parallel parameters",
+         [r"found no DeviceMesh from dtensor args for c10d\.broadcast_"],
+         "DistributedDataParallel was given a model whose parameters are DTensors (sharded for "
+         "tensor parallelism: transformers' device_map='auto' or tp_plan, or the script's own "
+         "parallelize_module), and DDP cannot broadcast them",
+         "keep DDP for models whose parameters are plain tensors: load the model whole on the "
+         "rank's device (device_map={'': int(os.environ['LOCAL_RANK'])}, no tp_plan); for "
+         "tensor parallelism with data parallelism use FSDP2's fully_shard over a 2-D mesh "
+         "instead of DDP",
+         SETUP, "DDP's `found no DeviceMesh from dtensor args for c10d.broadcast_`"),
     sig("library-too-old-for-torch", "a package made for another torch",
          [r"No module named '(?P<mod>torch\._six|torch\._?[\w.]+)'"],
          lambda h: (f"a package imports {h.group('mod')}, which this torch does not have: the "
@@ -378,7 +383,9 @@ CATALOG: tuple[Signature, ...] = (
          "upgrade the package that imports it (its file is the frame above the error: "
          "pip install -U PACKAGE) to a release made for this torch, or install the torch it "
          "was made for",
-         SETUP, "`ImportError: cannot import name 'X' from 'torch.…'`",
+         SETUP, "`ImportError: cannot import name 'X' from 'torch.…'` (not from a torch of "
+         "unknown location or outside site-packages: a stray torch folder or file)",
+         exclude=r"from 'torch[\w.]*' \((?![^)]*(?:site|dist)-packages[/\\]torch)",
          suppresses=("python-module-missing",)),
     sig("library-too-old-for-torch", "a package made for another torch",
          [r"PyTorch (?P<built>\S+) with CUDA \d+ \(you have (?P<have>[^)]+)\)"],
@@ -813,21 +820,6 @@ CATALOG: tuple[Signature, ...] = (
          oom_cause, oom_fix,
          FAULT, "`torch.OutOfMemoryError: CUDA out of memory. Tried to allocate X`, "
          "`CUBLAS_STATUS_ALLOC_FAILED`"),
-    # at the process's first use of the GPU (CUDA starting, the model built or moved onto it):
-    # the context itself did not fit, the GPU was full before this process came
-    sig("cuda-alloc-failed", "the GPU was full before the job started",
-         [r"CUDA error: out of memory"],
-         "the CUDA runtime could not allocate at this process's first use of the GPU (CUDA "
-         "starting, the model built or moved onto it), before any training: the GPU was "
-         "already full, held by other processes (another job or user, a process left over "
-         "from an earlier run), or several ranks were put on the same GPU",
-         "nvidia-smi on the node: stop what holds the GPU or pick a free one "
-         "(CUDA_VISIBLE_DEVICES); let meshrun give each rank its own GPU",
-         FAULT, "the CUDA runtime's `CUDA error: out of memory` raised from CUDA's start-up "
-         "(`_lazy_init`, `set_device`) or while the model is built or moved (a module's "
-         "`__init__`, `_apply`)",
-         confirm=r"in _lazy_init|in set_device|in _apply\b|"
-                 r"torch/nn/modules/\S+\", line \d+, in __init__"),
     sig("cuda-alloc-failed", "the CUDA runtime could not allocate",
          [r"CUDA error: out of memory"],
          "the CUDA runtime itself could not allocate memory (not torch's caching allocator, "
@@ -838,6 +830,19 @@ CATALOG: tuple[Signature, ...] = (
          "which call failed",
          FAULT, "the CUDA runtime's `CUDA error: out of memory` (its causes differ: it names "
          "where to look)", names_cause=False),
+    # at the process's first use of the GPU (CUDA starting, the model built or moved onto it):
+    # the context itself did not fit, the GPU was full before this process came
+    sig("cuda-alloc-failed", "the GPU was full before the job started",
+         [r"CUDA error: out of memory"],
+         "the CUDA runtime could not allocate at this process's first use of the GPU (CUDA "
+         "starting, the model built or moved onto it), before any training: the GPU was "
+         "already full, held by other processes (another job or user, a process left over "
+         "from an earlier run), or several ranks were put on the same GPU",
+         "nvidia-smi on the node: stop what holds the GPU or pick a free one "
+         "(CUDA_VISIBLE_DEVICES); let meshrun give each rank its own GPU",
+         at_first_gpu_use, "the CUDA runtime's `CUDA error: out of memory` whose own traceback "
+         "is CUDA's start-up (`_lazy_init`, `set_device`) or the model being built or moved (a "
+         "module's `__init__`, `_apply`)"),
     sig("host-oom-killed", "killed (host out of memory)",
          [r"Signal 9 \(SIGKILL\) received by PID", r"^\s*exitcode\s*:\s*-9 \(pid",
           r"failed \(exitcode: -9\) local_rank", r"exits with return code = -9\b",
@@ -1065,7 +1070,7 @@ CATALOG: tuple[Signature, ...] = (
          [r"ifa != nullptr\. Unable to find address for: (?P<ifname>\S+)",
           # the check's text cut off: a name that is an interface's (eth0, enp7s0, ib0, bond0)
           (r"(?<!rp != nullptr\. )Unable to find address for: "
-           r"(?P<ifname>(?:eth|en[ops]|ib|bond|eno|ens|wl)\w*)\s*$")],
+           r"(?P<ifname>eth\d+|en[ops]\d\w*|ib\d+|bond\d+|wlp\d\w*|wlan\d+)\s*$")],
          lambda h: (f"GLOO_SOCKET_IFNAME={h.group('ifname')} names no interface of this node"
                     + (": Gloo takes one interface name, not NCCL's '^' exclusions or a list"
                        if h.group("ifname", "")[:1] == "^" or "," in h.group("ifname", "")
@@ -1104,8 +1109,8 @@ CATALOG: tuple[Signature, ...] = (
          meshrun_fix("start node 0 first with the same --master-addr/--master-port, and open "
                       "the port between the nodes (test with nc -zv ADDR PORT)"),
          FAULT, "meshrun's `node 0's store at ... did not answer`, torch's c10d `Connection "
-         "refused` / `No route to host` / `Connection timed out` (errno 110: nothing answers "
-         "at that address)", suppresses=("rendezvous-connection-error",)),
+         "refused` / `Connection timed out` (errno 110: nothing answers at that address; "
+         "errno 113, no route, is `rendezvous-connection-error`)", suppresses=("rendezvous-connection-error",)),
     # -- lost -------------------------------------------------------------------------------
     sig("node-lost", "node lost",
          [NODE_LOST_RE],
@@ -1163,7 +1168,7 @@ CATALOG: tuple[Signature, ...] = (
          "`DistStoreError: Timed out after N seconds waiting for clients. J/W clients joined.`, "
          "the store-based barrier's `num_workers_joined=J` (too many: shared store or wrong "
          "world size; too few: ranks missing)"),
-    # the same barrier's line cut before its counts (torch < 2.0 wrote them after a colon)
+    # the same barrier's line cut before "on rank N, for key" and its counts
     sig("store-barrier-timeout", "store barrier timed out",
          [r"imed out initializing process group in store based barrier(?! on rank:? \d+, for key)"],
          "not every process reached init_process_group within its timeout (torch's "
@@ -1173,7 +1178,7 @@ CATALOG: tuple[Signature, ...] = (
          "do the slow work before the process group on every rank alike (or on one rank, then "
          "a barrier after init), or give init_process_group(timeout=timedelta(...)) enough "
          "time for it; a rank that never got there says why in its own log",
-         LOST, "`Timed out initializing process group in store based barrier on rank` without "
+         EFFECT, "`Timed out initializing process group in store based barrier on rank` without "
          "the counts after it"),
     sig("rendezvous-timeout", "rendezvous timed out",
          [r"RendezvousTimeoutError"],
@@ -1211,10 +1216,12 @@ CATALOG: tuple[Signature, ...] = (
          lambda h: (f"this node has no route to the job's store at {h.group('target')}:"
                     f"{h.group('port')}: that address is wrong for this node (node 0's address "
                     "on a network the others are not on, often the first interface a launcher "
-                    "picked on node 0), or a firewall rejects it"),
+                    "picked on node 0), a firewall rejects it, or node 0's machine is down (a "
+                    "host that does not answer on the local network gives the same)"),
          "give every node the address of node 0 on the network they share (--master-addr; "
-         "ip -br addr on node 0, then ping it from this node), or open the firewall",
-         SETUP, "c10d's `failed to connect to HOST:PORT (errno: 113 - No route to host)`"),
+         "ip -br addr on node 0, then ping it from this node), open the firewall, or bring "
+         "node 0 back",
+         LOST, "c10d's `failed to connect to HOST:PORT (errno: 113 - No route to host)`"),
     sig("store-connection-lost", "store connection lost",
          [r"Connection was likely closed\. Did the remote server shutdown or crash\?"],
          "this process lost its connection to the job's store on node 0: node 0 died, was "

@@ -254,6 +254,22 @@ def only_when_raised(tier: int) -> Callable[[Hit], int]:
     return priority
 
 
+_FIRST_USE_RE = re.compile(r"in _lazy_init|in set_device|in _apply\b|"
+                           r"torch/nn/modules/\S+\", line \d+, in __init__")
+
+
+def at_first_gpu_use(hit: Hit) -> int:
+    """Setup when the frames just above the line (its own traceback) are CUDA starting or the
+    model being built or moved onto the GPU; advice anywhere else (the general entry of the
+    code then speaks)."""
+    at = hit.text.find(hit.line)
+    above = hit.text[:at].splitlines()[-30:] if at > 0 else []
+    return SETUP if any(_FIRST_USE_RE.search(line) for line in above) else ADVICE
+
+
+at_first_gpu_use.label = "setup (at a first use of the GPU; advice elsewhere)"  # type: ignore[attr-defined]
+
+
 def unless_warning(tier: int) -> Callable[[Hit], int]:
     """``tier``, or advice when the line is only a warning (torch warns at import that it
     could not load numpy, and may run on without ever needing it)."""

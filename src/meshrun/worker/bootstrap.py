@@ -85,7 +85,7 @@ def main() -> None:
     if len(sys.argv) < 3 or sys.argv[1] not in ("--", "-m"):
         sys.exit("usage: python -m meshrun.worker.bootstrap (-- SCRIPT | -m MODULE) [ARGS...]")
     failure.clear()  # this rank's record of an earlier attempt is not this attempt's
-    if os.environ.get(frozen.OFF) != "0":
+    if frozen.enabled(os.environ):
         frozen.install()  # the script's `import torch`, without the collector (frozen.py)
     _die_with_parent()
     _stacks_to_file()

@@ -23,13 +23,20 @@ from __future__ import annotations
 import gc
 import importlib.abc
 import sys
+import threading
 
 OFF = "MESHRUN_GC_FREEZE"
 
 
+def enabled(env) -> bool:
+    """False when ``MESHRUN_GC_FREEZE`` says off (0, false, off, no)."""
+    return env.get(OFF, "").strip().lower() not in ("0", "false", "off", "no")
+
+
 def install(name: str = "torch") -> None:
     """Pause the collector during the next import of ``name`` (a top-level package), then
-    freeze what exists. Nothing happens if it is imported already."""
+    freeze what exists. Nothing happens if it is imported already, or if a finder of this
+    module waits already (for any name: one a process)."""
     if name in sys.modules or any(isinstance(f, _Finder) for f in sys.meta_path):
         return
     sys.meta_path.insert(0, _Finder(name))
@@ -42,17 +49,23 @@ class _Finder(importlib.abc.MetaPathFinder):
 
     def __init__(self, name: str) -> None:
         self.name = name
+        self.asking = threading.local()
 
     def find_spec(self, fullname, path, target=None):
-        if fullname != self.name:
-            return None
+        if fullname != self.name or getattr(self.asking, "now", False):
+            return None  # another name, or a finder after this one asking again
+        finders = list(sys.meta_path)
+        after = finders[finders.index(self) + 1:] if self in finders else finders
         spec = None
-        for finder in list(sys.meta_path):  # the other finders, in their order
-            find = getattr(finder, "find_spec", None)
-            if finder is not self and find is not None:
-                spec = find(fullname, path, target)
+        self.asking.now = True
+        try:
+            for finder in after:  # the finders after this one, in their order
+                find = getattr(finder, "find_spec", None)
+                spec = find(fullname, path, target) if find is not None else None
                 if spec is not None:
                     break
+        finally:
+            self.asking.now = False
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
         spec.loader = _Loader(spec.loader, self)
