@@ -55,13 +55,14 @@ def _main(argv: Sequence[str] | None) -> int:
         from ..sockets import resolver_for_agent
 
         resolver_for_agent(sys.argv[1:])   # may exec this process again, once
-    if argv is None:   # meshrun's own process: its import of torch, if any, without the
-        from ..worker import frozen  # collector walking torch's objects (worker/frozen.py)
-
-        if frozen.enabled(os.environ):
-            frozen.install()
+    own_process = argv is None  # not a test's call
     argv = list(sys.argv[1:] if argv is None else argv)
     env = dict(os.environ)  # the one read of the environment; handed down from here
+    if own_process:   # meshrun's own process: its import of torch, if any, without the
+        from ..worker import frozen  # collector walking torch's objects (worker/frozen.py)
+
+        if frozen.enabled(env):
+            frozen.install()
     try:
         verb = VERBS.get(argv[0]) if argv else None
         if verb is not None and verb.takes_paths:  # paths, options anywhere among them

@@ -2,9 +2,9 @@
 
 Importing torch creates about 500,000 objects the cyclic garbage collector tracks, and while
 it does, the collector runs its full collections again and again, each walking every one
-made so far: a quarter of the import's CPU time (1.5 -> 1.1 CPU-s here), and more in every
+made so far: a fifth of the import's CPU time (1.44 -> 1.17 CPU-s here), and more in every
 later full collection, such as the ones of torch's lazy ``import torch._dynamo`` at the
-first ``optimizer.zero_grad()`` (1.3 -> 0.9 CPU-s). :func:`install` makes the next
+first ``optimizer.zero_grad()`` (with it 2.83 -> 2.26 CPU-s; bench/import_freeze.py). :func:`install` makes the next
 ``import torch`` of this process run with the collector paused, then collect once and move
 what is left (torch's modules, functions and types, alive for the process's life) to the
 collector's permanent generation (:func:`gc.freeze`), and resume it as it was.
