@@ -263,3 +263,23 @@ def test_a_workers_endpoint_written_by_something_else_is_named_not_a_traceback(m
     assert "something else writes to this job's store" in str(info.value)
     with pytest.raises(ValueError, match="not a workers' endpoint"):
         protocol.Endpoint.decode("10.0.0.1 99999")
+
+
+def test_a_round_of_a_newer_epoch_that_torch_s_agent_joined_sets_its_workers_up_once():
+    """torch's agent may restart a node's workers into the next membership epoch itself (its
+    poll of nodes_waiting): the launcher's set-up (the workers' variables, the console line,
+    the logs' mark) then runs from the rendezvous, once per epoch; never for the epoch the
+    launcher already set up."""
+    from meshrun.runtime.membership import Membership
+    from meshrun.runtime.rendezvous import Rounds
+
+    rounds = Rounds(Membership(epoch=1, seats=(0, 3, 2), round=4))
+    seen = []
+    rounds.entered(None)  # no launcher hooked yet: nothing
+    rounds.announced, rounds.on_epoch = 1, lambda m, why: seen.append((m.epoch, m.seats, why))
+    rounds.entered(None)
+    assert seen == []                                   # the launcher's own epoch
+    rounds.members = Membership(epoch=2, seats=(0, 3), round=6)
+    rounds.entered(None)
+    rounds.entered(None)                                # the epoch's next round: said once
+    assert seen == [(2, (0, 3), "a membership change")] and rounds.announced == 2

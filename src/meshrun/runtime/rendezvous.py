@@ -61,6 +61,22 @@ class Rounds:
         self.members = members  # None: the plan's (no spare has taken a seat)
         self.held = False       # a hang restart is under way: see :meth:`hold`
         self.lock = threading.Lock()
+        self.announced = 0      # the membership epoch this node's workers were last set up for
+        self.on_epoch: Any = None  # the launcher's set-up of an epoch's workers (see entered)
+
+    def entered(self, plan: LaunchPlan) -> None:
+        """The round torch's agent just joined belongs to a membership epoch newer than the
+        one this node's workers were set up for: its agent restarted them into it itself
+        (its poll of :meth:`nodes_waiting` saw another node there first) instead of the
+        launcher's loop, so the launcher's ``on_epoch`` sets the epoch up now (the workers'
+        MESHRUN_* variables, the console line, the logs' epoch mark) before they start."""
+        members = self.membership(plan)
+        with self.lock:
+            if self.on_epoch is None or members.epoch <= self.announced:
+                return
+            self.announced = members.epoch
+            set_up = self.on_epoch
+        set_up(members, "a membership change")
 
     def hold(self) -> None:
         """A hang restart of this node's workers is decided but not yet done: until this
@@ -205,6 +221,7 @@ def _handler(job: JobStore, plan: LaunchPlan, rounds: Rounds) -> Any:
                                            host_workers=host_workers)
             except RoundError as exc:
                 raise RendezvousClosedError(str(exc)) from None
+            rounds.entered(plan)
             store = PrefixStore(protocol.round_prefix(rnd), job.store)
             seat, world = seat_and_world(plan, rounds)
             return RendezvousInfo(store, seat, world,
