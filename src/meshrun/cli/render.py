@@ -119,7 +119,7 @@ class RenderVerb(Verb):
                                         job_token="" if a.no_token else new_token(), **values)
         for note in spec.notes:
             print(f"meshrun: note: {note}", file=sys.stderr)
-        holds = spec.signed and spec.target not in ("slurm", "docker")  # those never write it
+        holds = spec.signed and spec.target in platform.KUBE_TARGETS  # a Secret in the file
         return platform.render_platform(spec), spec.token_secret if holds else ""
 
     def _render_hf(self, ctx: Context) -> str:

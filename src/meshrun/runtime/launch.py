@@ -197,6 +197,15 @@ def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
     status = Goodbye.FAILED
     _raise_on_signals()  # before the watchdog may SIGTERM us: torch's own handler comes later
     reason = ""
+    def set_up(members: Any, reason: str) -> None:  # an epoch's workers (also from the rendezvous)
+        os.environ.update(epoch_environment(members, reason))
+        ranks = members.ranks_of(plan.node_rank, plan.nproc_per_node)
+        if members.epoch:
+            router.begin_epoch(members.epoch, ranks)
+        say(f"starting {_workers(plan.nproc_per_node)}: {ranks_phrase(ranks)} of "
+            f"{len(members.seats) * plan.nproc_per_node} ({time.monotonic() - started:.1f} s "
+            "after start" + (f"; membership epoch {members.epoch}" if members.epoch else "") + ")")
+
     try:
         while True:  # one pass per membership epoch this node holds a seat in
             if not rounds.membership(plan).seated(plan.node_rank):
@@ -204,16 +213,6 @@ def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
                 if code is not None:
                     status = Goodbye.DONE if code == 0 else Goodbye.STOPPED
                     return code
-            def set_up(members: Any, reason: str) -> None:  # also from the rendezvous
-                os.environ.update(epoch_environment(members, reason))
-                ranks = members.ranks_of(plan.node_rank, plan.nproc_per_node)
-                if members.epoch:
-                    router.begin_epoch(members.epoch, ranks)
-                say(f"starting {_workers(plan.nproc_per_node)}: {ranks_phrase(ranks)} of "
-                    f"{len(members.seats) * plan.nproc_per_node} ({time.monotonic() - started:.1f} s "
-                    "after start" + (f"; membership epoch {members.epoch}" if members.epoch else "")
-                    + ")")
-
             members = rounds.membership(plan)
             dog.clear_suspicion()  # a failure of the epoch before is no suspicion now
             rounds.announced, rounds.on_epoch = members.epoch, set_up
