@@ -1,5 +1,5 @@
 """Sockets of this process, beyond what the store client offers: cut this process's own
-connections to a store whose host went silent, and resolve a host once. Linux (``/proc``);
+connections to a store whose host went silent, and resolve a host within a timeout. Linux (``/proc``);
 used by the agent (a lost store host) and by :func:`meshrun.progress` (its writer thread).
 And the resolver settings a node agent runs with (:func:`resolver_for_agent`)."""
 
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 from collections.abc import Sequence
 
 
@@ -45,12 +46,34 @@ def shut_connections(port: int, addresses: Sequence[str] = ()) -> int:
     return count
 
 
-def resolve(host: str) -> tuple[str, ...]:
-    """The addresses ``host`` resolves to (itself if it does not resolve)."""
-    try:
-        return tuple({info[4][0] for info in socket.getaddrinfo(host, None)}) or (host,)
-    except (OSError, UnicodeError):   # UnicodeError: a label IDNA refuses
-        return (host,)
+def lookup(host: str, port: int | None = None, timeout: float = 5.0,
+           kind: int = 0) -> tuple[list, str]:
+    """``socket.getaddrinfo(host, port, type=kind)`` within ``timeout`` seconds: ``(infos, "")``
+    or ``([], why)``. The lookup runs in a daemon thread, so a DNS server that never answers
+    holds no caller longer than ``timeout`` (glibc's own retries can take 2 x 5 s, more with
+    several servers); the thread ends when glibc gives up."""
+    box: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            box["infos"] = socket.getaddrinfo(host, port, type=kind)
+        except (OSError, UnicodeError) as exc:   # UnicodeError: a label IDNA refuses
+            box["error"] = f"cannot resolve: {getattr(exc, 'strerror', None) or exc}"
+
+    worker = threading.Thread(target=run, name="meshrun-lookup", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        return [], f"name lookup did not answer within {timeout:g} s"
+    if "error" in box:
+        return [], str(box["error"])
+    return list(box.get("infos", [])), ""
+
+
+def resolve(host: str, timeout: float = 5.0) -> tuple[str, ...]:
+    """The addresses ``host`` resolves to (itself if it does not resolve within ``timeout``)."""
+    infos, _ = lookup(host, None, timeout)
+    return tuple({info[4][0] for info in infos}) or (host,)
 
 
 # --- the resolver of a node agent (issue 21: a flood of connections to the job store) ------

@@ -48,3 +48,32 @@ def test_a_users_own_res_options_are_left_alone(monkeypatch):
 
 def test_glibc_loads_the_settings_here():
     assert sockets.load_resolver() is True
+
+
+def test_a_lookup_that_never_answers_holds_nobody_past_its_timeout(monkeypatch):
+    """sockets.lookup / resolve: a DNS server that does not answer (getaddrinfo blocked) costs
+    the caller its timeout, not glibc's retries; the host itself stands in for its addresses."""
+    import threading
+    import time
+
+    release = threading.Event()
+
+    def blocked(*_args, **_kwargs):
+        release.wait(30)
+        raise OSError("gave up")
+
+    monkeypatch.setattr(sockets.socket, "getaddrinfo", blocked)
+    start = time.monotonic()
+    try:
+        assert sockets.lookup("store.example", 29500, timeout=0.2) == (
+            [], "name lookup did not answer within 0.2 s")
+        assert sockets.resolve("store.example", timeout=0.2) == ("store.example",)
+        assert time.monotonic() - start < 5
+    finally:
+        release.set()
+
+
+def test_a_lookup_that_fails_says_why():
+    infos, why = sockets.lookup("x" * 64 + ".example", 1, timeout=5)   # a label IDNA refuses
+    assert infos == [] and why.startswith("cannot resolve:")
+    assert sockets.resolve("127.0.0.1") == ("127.0.0.1",)

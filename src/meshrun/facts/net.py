@@ -54,10 +54,11 @@ import re
 import shutil
 import socket
 import subprocess
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+from ..sockets import lookup
 
 SYSFS_ROOT_VAR = "MESHRUN_SYSFS_ROOT"
 KINDS = ("loopback", "docker", "bridge", "veth", "ib", "physical", "virtual")
@@ -278,7 +279,7 @@ def route_source(master_addr: str, port: int = 0, *, timeout: float = 5.0
     host = master_addr.strip().strip("[]")
     if not host:
         return None, "route to master: no master address"
-    infos, error = _resolve(host, port or 9, timeout)
+    infos, error = lookup(host, port or 9, timeout, socket.SOCK_DGRAM)
     if error:
         return None, f"route to master {host}: {error}"
     last = "no address"
@@ -290,26 +291,6 @@ def route_source(master_addr: str, port: int = 0, *, timeout: float = 5.0
         except OSError as exc:
             last = exc.strerror or str(exc)
     return None, f"route to master {host}: {last}"
-
-
-def _resolve(host: str, port: int, timeout: float) -> tuple[list, str]:
-    """getaddrinfo in a helper thread, so an unanswering DNS server cannot stall a plan."""
-    box: dict[str, object] = {}
-
-    def run() -> None:
-        try:
-            box["infos"] = socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)
-        except (OSError, UnicodeError) as exc:   # UnicodeError: a label IDNA refuses
-            box["error"] = f"cannot resolve: {getattr(exc, 'strerror', None) or exc}"
-
-    worker = threading.Thread(target=run, daemon=True)
-    worker.start()
-    worker.join(timeout)
-    if worker.is_alive():
-        return [], f"name lookup did not answer within {timeout:g} s"
-    if "error" in box:
-        return [], str(box["error"])
-    return list(box.get("infos", [])), ""
 
 
 def _addresses_without_ip() -> dict[str, IpInfo]:
