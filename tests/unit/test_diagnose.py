@@ -666,3 +666,22 @@ def test_checkpoint_races_bf16_and_ib_patterns_fire_only_where_they_mean_it():
     ib = diagnose_text("node-1:946:988 [0] transport/net_ib.cc:839 NCCL WARN NET/IB : Got "
                        "completion with error 12, opcode 1, len 0, vendor err 129\n")
     assert ib[0].code == "ib-transport-error" and "to a peer failed" in ib[0].cause
+
+
+def test_the_gpu_full_before_the_job_is_judged_by_its_own_traceback():
+    """cuda-alloc-failed at a first use of the GPU reads the frames above its own line: the
+    same message text earlier in the log (another rank's, mid-training) does not decide it."""
+    text = ('[rank1]: Traceback (most recent call last):\n'
+            '[rank1]:   File "train.py", line 50, in <module>\n'
+            '[rank1]:     loss.backward()\n'
+            '[rank1]: RuntimeError: CUDA error: out of memory\n'
+            '[rank0]: Traceback (most recent call last):\n'
+            '[rank0]:   File "train.py", line 10, in <module>\n'
+            '[rank0]:     model.cuda()\n'
+            '[rank0]:   File "/usr/lib/python3/site-packages/torch/nn/modules/module.py", '
+            'line 905, in _apply\n'
+            '[rank0]: RuntimeError: CUDA error: out of memory\n')
+    found = diagnose_text(text, name="x.log")
+    assert (found[0].code, found[0].rank) == ("cuda-alloc-failed", 0)
+    assert "first use of the GPU" in found[0].cause and found[0].names_cause
+    assert not any(d.rank == 1 and "first use" in d.cause for d in found)

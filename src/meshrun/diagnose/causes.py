@@ -262,9 +262,7 @@ def at_first_gpu_use(hit: Hit) -> int:
     """Setup when the frames just above the line (its own traceback) are CUDA starting or the
     model being built or moved onto the GPU; advice anywhere else (the general entry of the
     code then speaks)."""
-    at = hit.text.find(hit.line)
-    above = hit.text[:at].splitlines()[-30:] if at > 0 else []
-    return SETUP if any(_FIRST_USE_RE.search(line) for line in above) else ADVICE
+    return SETUP if any(_FIRST_USE_RE.search(line) for line in hit.preceding) else ADVICE
 
 
 at_first_gpu_use.label = "setup (at a first use of the GPU; advice elsewhere)"  # type: ignore[attr-defined]

@@ -253,7 +253,8 @@ def _diagnose(named: Sequence[tuple[str, str]], job: Any,
                 rank = int(named_rank) if named_rank else line.rank
                 following = tuple(x.body for x in f.lines[li + 1:li + 6])
                 hit = Hit(match, line.body, rank, host_of(line, rank), following, job, device,
-                          f.text, job_text() if callable(sig.confirm) else "")
+                          f.text, job_text() if callable(sig.confirm) else "",
+                          tuple(x.body for x in f.lines[max(0, li - 30):li]))
                 pairs = sig.expand(hit) if sig.expand else [(rank, None)]
                 for r, h in pairs:
                     named_host = match.groupdict().get("host")

@@ -119,6 +119,7 @@ class Hit:
     device: str | None = None      # what meshrun planned for the run: "cpu", "cuda" or unknown
     text: str = ""                 # the whole file the line is in (for causes that read more)
     job_text: str = ""             # every file diagnosed together (causes across nodes)
+    preceding: tuple[str, ...] = ()   # up to 30 lines' texts above it (its own traceback)
 
     def group(self, name: str, default: str | None = None) -> str | None:
         try:
