@@ -685,3 +685,25 @@ def test_the_gpu_full_before_the_job_is_judged_by_its_own_traceback():
     assert (found[0].code, found[0].rank) == ("cuda-alloc-failed", 0)
     assert "first use of the GPU" in found[0].cause and found[0].names_cause
     assert not any(d.rank == 1 and "first use" in d.cause for d in found)
+
+
+def test_the_tenth_rounds_codes_fire_where_they_mean_it():
+    """launcher-not-found: a launcher or python missing from the job step's PATH (slurmstepd,
+    the shell), not any 'not found'; ninja-missing: Debian's other `ninja` only in a log that
+    builds an extension; script-crlf: an argument (`--flag`, `key=value`) run as a command."""
+    def first(text: str) -> str:
+        found = diagnose_text(text, name="x.log")
+        return found[0].code if found else "-"
+
+    assert first("slurmstepd: error: execve(): torchrun: No such file or directory\n") == \
+        "launcher-not-found"
+    assert first("run.sh: line 3: torchrun: command not found\n") == "launcher-not-found"
+    assert first("bash: line 1: nvidia-smi: command not found\n") != "launcher-not-found"
+    assert first("Using /root/.cache/torch_extensions/py311_cu121 as PyTorch extensions root...\n"
+                 "die: error: must run as root\n") == "ninja-missing"
+    assert first("die: error: must run as root\n") != "ninja-missing"
+    assert first("scripts/train.sh:line 15: data.max_length=2048: command not found\n") == \
+        "script-crlf"
+    assert first("RuntimeError: Detected mismatch between collectives on ranks. Rank 0 is "
+                 "running collective: CollectiveFingerPrint(OpType=BROADCAST)\n") == \
+        "collective-mismatch"

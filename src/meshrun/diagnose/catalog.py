@@ -197,6 +197,19 @@ CATALOG: tuple[Signature, ...] = (
          "machine with nvcc), or pick optimizers that need no op (torch's AdamW)",
          SETUP, "DeepSpeed's `MissingCUDAException: CUDA_HOME does not exist, unable to compile "
          "CUDA op(s)`"),
+    sig("ninja-missing", "no Ninja to build an extension",
+         [r"Ninja is required to load C\+\+ extensions",
+          r"die: error: must run as root"],
+         "a C++/CUDA extension is built at run time (DeepSpeed's ops such as FusedAdam, "
+         "torch.utils.cpp_extension.load) with the Ninja build tool, and this node has none on "
+         "PATH, or the `ninja` on PATH is another program (Debian's `ninja` package, a "
+         "privilege-escalation monitor, answers 'die: error: must run as root')",
+         "install the build tool in the environment on every node (python -m pip install "
+         "ninja, or apt install ninja-build) and check that `ninja --version` prints a version "
+         "there; or install the package with its ops prebuilt",
+         SETUP, "torch's `Ninja is required to load C++ extensions`; `die: error: must run as "
+         "root` in a log that builds an extension",
+         confirm=r"torch_extensions|cpp_extension|[Nn]inja|JIT|jit"),
     sig("gpu-p2p-unsupported", "GPU peer-to-peer not available",
          [r"peer access is not supported between these two devices?"],
          "these GPUs cannot access each other's memory directly (consumer cards such as the "
@@ -259,6 +272,18 @@ CATALOG: tuple[Signature, ...] = (
          "True); TORCH_DISTRIBUTED_DEBUG=DETAIL names the parameters",
          FAULT, "DDP's `Expected to have finished reduction in the prior iteration before "
          "starting a new one`"),
+    sig("collective-mismatch", "ranks ran different collectives",
+         [r"Detected mismatch between collectives on ranks"],
+         "the ranks issued different collectives at the same point (torch compared them: "
+         "TORCH_DISTRIBUTED_DEBUG=DETAIL): the script's path differs between ranks (a branch "
+         "only some ranks take, a different number of batches per rank, a layer or a "
+         "broadcast some ranks skip), so their collectives no longer pair up; without this "
+         "check such a job hangs until its timeout",
+         "make every rank run the same collectives in the same order: the same number of "
+         "steps and batches on every rank (drop_last, DistributedSampler), no collective "
+         "inside a rank-dependent branch; the line names the two ranks and their collectives",
+         FAULT, "c10d's `Detected mismatch between collectives on ranks` "
+         "(TORCH_DISTRIBUTED_DEBUG=DETAIL)"),
     sig("checkpoint-module-prefix", "checkpoint keys carry 'module.'",
          [r"Unexpected key\(s\) in state_dict: \"module\.",
           r"unexpected key \"module\.[^\"]*\" in state_dict"],
@@ -579,14 +604,16 @@ CATALOG: tuple[Signature, ...] = (
          "launcher's spelling)"),
     sig("script-crlf", "shell script with Windows line endings",
          [r"\$'\\r': command not found", r"'\\r'\] exits with return code",
-          r"bad interpreter: .*\^M", r"\.sh: line \d+: --[\w-]+: command not found"],
+          r"bad interpreter: .*\^M",
+          r"\.sh: ?line \d+: (?:--?[\w-]+|[\w.-]+=\S*): command not found"],
          "the launch script has Windows (CRLF) line endings, or a space after a line-ending "
          "backslash: each continued line became its own command, so the launcher got a stray "
          "'\\r' and the training flags never reached the script",
          "convert the script to Unix line endings (dos2unix script.sh, or sed -i 's/\\r$//' "
          "script.sh) and keep nothing after a line-ending backslash",
          SETUP, "`$'\\r': command not found`, `'\\r'] exits with return code`, `script.sh: line "
-         "N: --flag: command not found`", suppresses=("python-module-missing",)),
+         "N: --flag: command not found` (or `key=value: command not found`: an argument run as "
+         "a command)", suppresses=("python-module-missing",)),
     sig("ssh-unreachable", "a launcher cannot ssh to a node",
          [(r"ssh: connect to host (?P<host>\S+) port \d+: (?:Connection timed out|Connection "
            r"refused|No route to host)"),
@@ -602,14 +629,18 @@ CATALOG: tuple[Signature, ...] = (
          "denied (publickey)`, `Host key verification failed`"),
     sig("hostname-lookup-failed", "`hostname -I` unsupported",
          [r"Command '\['hostname -I'\]' returned non-zero exit status",
-          r"hostname: invalid option -- 'I'", r"hostname: illegal option -- I"],
-         "the launcher asked `hostname -I` for this node's address (DeepSpeed's MPI discovery "
-         "does) and this host's hostname command (GNU inetutils, macOS) has no -I option",
+          r"hostname: invalid option -- 'I'", r"hostname: illegal option -- I",
+          # DeepSpeed's runner, when the first node's `hostname -I` printed nothing
+          r"Using IP address of  for node \S+"],
+         "the launcher asked `hostname -I` for a node's address (DeepSpeed's runner and its "
+         "MPI discovery do) and got none: this host's hostname command (GNU inetutils, macOS) "
+         "has no -I option, or it printed no address (a container or pod)",
          "give the master address yourself (MASTER_ADDR / --master_addr, meshrun's "
          "--master-addr) so no discovery runs, or install the Debian/Ubuntu 'hostname' package "
          "whose hostname knows -I",
          SETUP, "`Command '['hostname -I']' returned non-zero exit status`, `hostname: invalid "
-         "option -- 'I'`, macOS's `hostname: illegal option -- I`",
+         "option -- 'I'`, macOS's `hostname: illegal option -- I`, DeepSpeed's `Using IP "
+         "address of  for node X` (no address)",
          suppresses=("deepspeed-outside-launcher", "mpi4py-missing")),
     sig("network-download-failed", "cannot reach the download host",
          [r"Failed to resolve '(?P<site>[^']+)'",
@@ -634,13 +665,41 @@ CATALOG: tuple[Signature, ...] = (
          "that is not finite (`loss-not-finite`); the worker's own code ends the cause",
          worker_only=True),
     sig("python-module-missing", "a Python module is missing",
-         [r"ModuleNotFoundError: No module named '(?P<mod>[\w.]+)'"],
+         [r"ModuleNotFoundError: No module named '(?P<mod>[\w.]+)'",
+          r"ImportError: (?P<mod>TensorBoard) logging requires TensorBoard with Python summary "
+          r"writer installed"],
          module_cause,
          "start the launcher from the environment that has the module (python -m "
          "torch.distributed.run, or meshrun from that environment: workers use meshrun's own "
          "interpreter), or install it there; one image or lock file for every node (meshrun's "
          "preflight compares installed packages across nodes)",
-         SETUP, "`ModuleNotFoundError: No module named 'X'` for any other module"),
+         SETUP, "`ModuleNotFoundError: No module named 'X'` for any other module; torch's "
+         "`TensorBoard logging requires TensorBoard ...` (tensorboard)"),
+    sig("launcher-not-found", "the launcher command is not on PATH",
+         [r"execve\(\): (?P<cmd>[\w.+-]+): No such file or directory",
+          (r"(?<![\w$'])(?P<cmd>torchrun|deepspeed|accelerate|meshrun|horovodrun|mpirun|srun|"
+           r"python3?(?:\.\d+)?): (?:command )?not found")],
+         lambda h: (f"the command '{h.group('cmd')}' is not on the PATH where the job step "
+                    "runs: the environment that has it (a virtualenv or conda environment, a "
+                    "module, a container) is not activated there (srun, ssh and a batch "
+                    "script start a fresh shell), or it is not installed in that environment"),
+         "activate the environment in the job script itself before the launch (source "
+         "venv/bin/activate, conda activate, module load; meshrun render slurm --setup does "
+         "it), or call the launcher by its full path (python -m torch.distributed.run for "
+         "torchrun)",
+         SETUP, "slurmstepd's `execve(): X: No such file or directory`, the shell's `torchrun: "
+         "command not found` (a launcher or python)"),
+    sig("slurm-autodetect", "a framework took SLURM's variables for a distributed job",
+         [r"Cannot initialize distributed with distributed_world_size=1"],
+         "the training framework found SLURM's variables (SLURM_NODELIST, SLURM_NTASKS, "
+         "SLURM_PROCID) and set up a distributed job by itself, for a run of one process: "
+         "inside an sbatch or salloc allocation a plain run inherits the allocation's "
+         "variables (fairseq reads them when --distributed-port is set; Lightning's "
+         "SLURMEnvironment too)",
+         "tell the framework not to read SLURM's variables (fairseq: --distributed-port -1; "
+         "Lightning: plugins=[LightningEnvironment()]), or start one task per process with "
+         "srun as the allocation says",
+         SETUP, "fairseq's `Cannot initialize distributed with distributed_world_size=1`"),
     sig("nccl-library-shadowed", "an older NCCL loaded ahead of torch's",
          [r"libtorch_cuda\.so: undefined symbol: (?P<sym>nccl\w+)",
           r"libtorch_cuda\.so[^:\n]*: undefined symbol: (?P<sym>nccl\w+)"],
@@ -804,11 +863,17 @@ CATALOG: tuple[Signature, ...] = (
          SETUP, "meshrun's `the store at ... belongs to run 'A', not to this run 'B'`"),
     sig("too-many-nodes", "more nodes than expected",
          [(r"meshrun: error: (?P<joined>\d+) nodes joined the store at (?P<where>\S+) but the job "
-          r"has (?P<nnodes>\d+)")],
+          r"has (?P<nnodes>\d+)"),
+          # NVIDIA's ft_launcher (torchrun's successor in nvidia-resiliency-ext)
+          (r"Maximum number of nodes \((?P<nnodes>\d+)\) exceeded\. Active participant count "
+           r"would be (?P<joined>\d+)")],
          lambda h: (f"{h.group('joined')} nodes joined a job of {h.group('nnodes')}: two jobs "
-                    "share the master address and port, or the node count differs between nodes"),
+                    "share the master address and port, the node count differs between nodes, "
+                    "or spare nodes were started with a fixed node count (a spare needs a "
+                    "range: --nnodes N:N+S)"),
          meshrun_fix("give every job its own --master-port and check --nnodes on every node"),
-         SETUP, "meshrun's `N nodes joined the store at ... but the job has M`"),
+         SETUP, "meshrun's `N nodes joined the store at ... but the job has M`, ft_launcher's "
+         "`Maximum number of nodes (M) exceeded. Active participant count would be N`"),
     # -- fault ------------------------------------------------------------------------------
     sig("cuda-oom", "CUDA out of memory",
          [(r"CUDA out of memory\.(?: Tried to allocate (?P<size>[\d.]+ [KMGT]?i?B)\.?)?"

@@ -206,7 +206,8 @@ def node_lost_cause(hit: Hit) -> str:
 def module_cause(hit: Hit) -> str:
     binary = re.search(r"of binary: (\S+)", hit.text)
     ran = f" ({binary.group(1)})" if binary else ""
-    return (f"Python module '{hit.group('mod')}' is not installed in the environment this "
+    module = {"TensorBoard": "tensorboard"}.get(hit.group("mod"), hit.group("mod"))
+    return (f"Python module '{module}' is not installed in the environment this "
             f"rank runs in{ran}: a different virtualenv, image or node than the one that has "
             "it, or a launcher (torchrun, deepspeed) found on PATH that belongs to another "
             "Python")
@@ -240,7 +241,8 @@ def dup_gpu_cause(hit: Hit) -> str:
             "(every rank on cuda:0), or CUDA_VISIBLE_DEVICES gives every process the same GPU")
 
 
-_RAISED = re.compile(r"^\s*(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception)\b")
+# an exception's line (a pasted one may begin with a quote)
+_RAISED = re.compile(r"^\s*[\"'`]?(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception)\b")
 
 
 def only_when_raised(tier: int) -> Callable[[Hit], int]:
@@ -354,9 +356,14 @@ def toolkit_cause(hit: Hit) -> str:
 
 def download_cause(hit: Hit) -> str:
     site = hit.group("site") or "the download host"
-    return (f"this node cannot reach {site}: compute nodes often have no internet access or "
-            "no DNS for outside names; the script tried to download a model, tokenizer or "
-            "dataset at start")
+    cause = (f"this node cannot reach {site}: compute nodes often have no internet access or "
+             "no DNS for outside names; the script tried to download a model, tokenizer or "
+             "dataset at start")
+    if "We couldn't connect" in hit.match.group(0):   # transformers' words in offline mode too
+        cause += (", or the job runs offline (HF_HUB_OFFLINE=1 or TRANSFORMERS_OFFLINE=1, set "
+                  "in the environment or by the script itself) and the files are not in the "
+                  "cache")
+    return cause
 
 
 def cpu_torch_cause(hit: Hit) -> str:
