@@ -707,3 +707,36 @@ def test_the_tenth_rounds_codes_fire_where_they_mean_it():
     assert first("RuntimeError: Detected mismatch between collectives on ranks. Rank 0 is "
                  "running collective: CollectiveFingerPrint(OpType=BROADCAST)\n") == \
         "collective-mismatch"
+
+
+def test_a_missing_folder_is_a_checkpoint_cause_only_inside_torch_save():
+    """checkpoint-unwritable from an older torch's `FileNotFoundError` only when the frames just
+    above it are torch.save's (Signature.near); the same error reading a dataset is not."""
+    saving = ('Traceback (most recent call last):\n'
+              '  File "main.py", line 170, in <module>\n'
+              "    torch.save(model.state_dict(), 'models/a.pth')\n"
+              '  File "/opt/lib/python3.7/site-packages/torch/serialization.py", line 369, '
+              'in save\n'
+              "    with _open_file_like(f, 'wb') as opened_file:\n"
+              "FileNotFoundError: [Errno 2] No such file or directory: 'models/a.pth'\n")
+    found = diagnose_text(saving, name="x.log")
+    assert found[0].code == "checkpoint-unwritable" and "models/a.pth" in found[0].cause
+    reading = ('Traceback (most recent call last):\n'
+               '  File "main.py", line 20, in <module>\n'
+               "    data = open('data/train.csv')\n"
+               "FileNotFoundError: [Errno 2] No such file or directory: 'data/train.csv'\n")
+    assert all(d.code != "checkpoint-unwritable" for d in diagnose_text(reading, name="x.log"))
+
+
+def test_the_eleventh_rounds_codes():
+    def first(text: str) -> str:
+        found = diagnose_text(text, name="x.log")
+        return found[0].code if found else "-"
+
+    assert first("RuntimeError: Expected to mark a variable ready only once. This error is "
+                 "caused by one of the following reasons\n") == "ddp-reentrant-checkpoint"
+    assert first("ValueError: DeepSpeed Zero-3 is not compatible with `low_cpu_mem_usage=True` "
+                 "or with passing a `device_map`.\n") == "zero3-with-device-map"
+    assert first("command torchrun not found\n") == "launcher-not-found"
+    assert first(": not foundpts/COCO_test.sh: 2: ./data/scripts/COCO_test.sh:\n") == \
+        "script-crlf"

@@ -272,6 +272,30 @@ CATALOG: tuple[Signature, ...] = (
          "True); TORCH_DISTRIBUTED_DEBUG=DETAIL names the parameters",
          FAULT, "DDP's `Expected to have finished reduction in the prior iteration before "
          "starting a new one`"),
+    sig("ddp-reentrant-checkpoint", "DDP saw a gradient twice in one backward",
+         [r"Expected to mark a variable ready only once",
+          r"has been marked as ready twice"],
+         "DDP saw the gradient hook of one parameter fire twice in one backward: most often "
+         "reentrant activation checkpointing (gradient_checkpointing, torch.utils.checkpoint "
+         "with use_reentrant=True) under DDP with find_unused_parameters=True, which runs the "
+         "checkpointed blocks' backward again; or a parameter used in two forward passes of "
+         "one step (a module called twice, weights shared across models)",
+         "use non-reentrant checkpointing (gradient_checkpointing_kwargs={'use_reentrant': "
+         "False}, torch.utils.checkpoint(..., use_reentrant=False)), or turn off "
+         "find_unused_parameters (ddp_find_unused_parameters=False) or set static_graph=True "
+         "when the graph is the same every step",
+         FAULT, "DDP's `Expected to mark a variable ready only once`, `Parameter ... has been "
+         "marked as ready twice`"),
+    sig("zero3-with-device-map", "ZeRO-3 with a device_map",
+         [r"DeepSpeed Zero-3 is not compatible with `low_cpu_mem_usage=True` or with passing a "
+          r"`device_map`"],
+         "the model is loaded with a device_map or low_cpu_mem_usage=True (from_pretrained) "
+         "while DeepSpeed ZeRO-3 is on: ZeRO-3 partitions the weights across the ranks itself "
+         "as they load, and transformers refuses both",
+         "leave device_map and low_cpu_mem_usage out of from_pretrained when ZeRO-3 is on "
+         "(ZeRO-3 places the weights); or use ZeRO-2, which keeps them whole on every rank",
+         SETUP, "transformers' `DeepSpeed Zero-3 is not compatible with low_cpu_mem_usage=True "
+         "or with passing a device_map`"),
     sig("collective-mismatch", "ranks ran different collectives",
          [r"Detected mismatch between collectives on ranks"],
          "the ranks issued different collectives at the same point (torch compared them: "
@@ -605,7 +629,9 @@ CATALOG: tuple[Signature, ...] = (
     sig("script-crlf", "shell script with Windows line endings",
          [r"\$'\\r': command not found", r"'\\r'\] exits with return code",
           r"bad interpreter: .*\^M",
-          r"\.sh: ?line \d+: (?:--?[\w-]+|[\w.-]+=\S*): command not found"],
+          r"\.sh: ?line \d+: (?:--?[\w-]+|[\w.-]+=\S*): command not found",
+          # dash: the name ends in '\r', so ': not found' overwrites the line's start
+          r"^: not found\S*\.sh: \d+: "],
          "the launch script has Windows (CRLF) line endings, or a space after a line-ending "
          "backslash: each continued line became its own command, so the launcher got a stray "
          "'\\r' and the training flags never reached the script",
@@ -613,7 +639,8 @@ CATALOG: tuple[Signature, ...] = (
          "script.sh) and keep nothing after a line-ending backslash",
          SETUP, "`$'\\r': command not found`, `'\\r'] exits with return code`, `script.sh: line "
          "N: --flag: command not found` (or `key=value: command not found`: an argument run as "
-         "a command)", suppresses=("python-module-missing",)),
+         "a command), dash's `: not foundscript.sh: N: ...` (a '\\r' in the name)",
+         suppresses=("python-module-missing",)),
     sig("ssh-unreachable", "a launcher cannot ssh to a node",
          [(r"ssh: connect to host (?P<host>\S+) port \d+: (?:Connection timed out|Connection "
            r"refused|No route to host)"),
@@ -678,7 +705,9 @@ CATALOG: tuple[Signature, ...] = (
     sig("launcher-not-found", "the launcher command is not on PATH",
          [r"execve\(\): (?P<cmd>[\w.+-]+): No such file or directory",
           (r"(?<![\w$'])(?P<cmd>torchrun|deepspeed|accelerate|meshrun|horovodrun|mpirun|srun|"
-           r"python3?(?:\.\d+)?): (?:command )?not found")],
+           r"python3?(?:\.\d+)?): (?:command )?not found"),
+          (r"\bcommand (?P<cmd>torchrun|deepspeed|accelerate|meshrun|horovodrun|mpirun|"
+           r"python3?) not found")],
          lambda h: (f"the command '{h.group('cmd')}' is not on the PATH where the job step "
                     "runs: the environment that has it (a virtualenv or conda environment, a "
                     "module, a container) is not activated there (srun, ssh and a batch "
@@ -1001,6 +1030,16 @@ CATALOG: tuple[Signature, ...] = (
          "and the free space (df -h) on every node that saves",
          FAULT, "torch.save's `RuntimeError: File X cannot be opened.` (its text names the three "
          "causes), `RuntimeError: Parent directory X does not exist.`", also=("disk-full",)),
+    # older torch: open() itself raises, inside torch.save (its frames just above)
+    sig("checkpoint-unwritable", "a checkpoint file cannot be created",
+        [r"(?:FileNotFoundError|IOError): \[Errno 2\] No such file or directory: '(?P<path>[^']+)'"],
+         lambda h: (f"torch.save could not create {h.group('path')}: its folder does not exist "
+                    "(save does not create folders)"),
+         "create the folder first (os.makedirs(folder, exist_ok=True)) on every node that "
+         "saves, or save under a folder that exists",
+         FAULT, "`FileNotFoundError: [Errno 2] No such file or directory: 'X'` raised inside "
+         "torch.save (its traceback's `serialization.py ... in save` frames)",
+         near=r"serialization\.py\"?, line \d+, in (?:save|_open_file_like|_with_file_like)\b"),
     sig("path-not-writable", "a path the job writes is not writable",
          [(r"(?:(?:PermissionError|OSError): |^)\[Errno 13\] Permission denied: "
            r"'(?P<path>(?!/(?:dev|proc|sys)/)[^']+)'"),

@@ -255,6 +255,8 @@ def _diagnose(named: Sequence[tuple[str, str]], job: Any,
                 hit = Hit(match, line.body, rank, host_of(line, rank), following, job, device,
                           f.text, job_text() if callable(sig.confirm) else "",
                           tuple(x.body for x in f.lines[max(0, li - 30):li]))
+                if sig.near is not None and not any(map(sig.near.search, hit.preceding)):
+                    continue
                 pairs = sig.expand(hit) if sig.expand else [(rank, None)]
                 for r, h in pairs:
                     named_host = match.groupdict().get("host")

@@ -141,8 +141,8 @@ class Signature:
     depends on its numbers). ``confirm`` is a regex that must also occur in the same
     file, with ``{group}`` replaced by that named group of the match (escaped); or a
     function of the match and every file's text together (a check across nodes' logs).
-    ``exclude`` rejects lines that match it; ``worker_only`` matches only lines a rank
-    printed. ``suppresses`` names codes this one
+    ``exclude`` rejects lines that match it; ``near`` must match one of the 30 lines above
+    the hit (its own traceback); ``worker_only`` matches only lines a rank printed. ``suppresses`` names codes this one
     explains when both are found for the same rank. ``expand`` turns one hit into
     several (rank, host) pairs (a hang line naming several stuck ranks).
     """
@@ -156,6 +156,7 @@ class Signature:
     matches: str  # what it matches, in words, for the docs table
     confirm: str | Callable[[re.Match, str], bool] | None = None
     exclude: re.Pattern | None = None
+    near: re.Pattern | None = None
     suppresses: tuple[str, ...] = ()
     expand: Callable[[Hit], list[tuple[int | None, str | None]]] | None = None
     worker_only: bool = False  # only lines a worker printed (a rank's), not meshrun's own
@@ -250,8 +251,9 @@ def needle(pattern: re.Pattern) -> str | None:
 
 def sig(code: str, summary: str, patterns: Sequence[str], cause: Text, fix: Text,
          priority: int | Callable[[Hit], int], matches: str, **extra: Any) -> Signature:
-    if "exclude" in extra and isinstance(extra["exclude"], str):
-        extra["exclude"] = re.compile(extra["exclude"])
+    for key in ("exclude", "near"):
+        if isinstance(extra.get(key), str):
+            extra[key] = re.compile(extra[key])
     return Signature(code, summary, tuple(re.compile(p) for p in patterns), cause, fix,
                      priority, matches, **extra)
 
