@@ -740,3 +740,18 @@ def test_the_eleventh_rounds_codes():
     assert first("command torchrun not found\n") == "launcher-not-found"
     assert first(": not foundpts/COCO_test.sh: 2: ./data/scripts/COCO_test.sh:\n") == \
         "script-crlf"
+
+
+def test_the_twelfth_rounds_codes():
+    def first(text: str) -> tuple[str, str]:
+        found = diagnose_text(text, name="x.log")
+        return (found[0].code, found[0].cause) if found else ("-", "")
+
+    code, cause = first("deepspeed.runtime.zero.utils.ZeRORuntimeException: The checkpoint being "
+                        "loaded used a DP world size of 4 but the current world size is 6.\n")
+    assert code == "zero-checkpoint-world-size" and "saved by 4" in cause and "by 6" in cause
+    assert first("misc/ibvwrap.cc:288 NCCL WARN Call to ibv_reg_dmabuf_mr failed with error "
+                 "Operation not supported\n")[0] == "ib-dmabuf-unsupported"
+    assert first("  File \"/x/torch/utils/cpp_extension.py\", line 873, in "
+                 "verify_ninja_availability\nFileNotFoundError: [Errno 2] No such file or "
+                 "directory: 'ninja'\n")[0] == "ninja-missing"

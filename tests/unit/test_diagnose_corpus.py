@@ -24,10 +24,10 @@ from meshrun import diagnose  # noqa: E402
 
 CASES = cases()
 HELDOUT = heldout()
-# docs/diagnose.md#how-good-is-it, 2026-11-27 (later): development 307 of 367 (the first ten
-# held-out sets in it), held-out: the eleventh set, 15 of 23 after its misses were read
-# (blind, as collected: 7 right, 15 not named, 1 wrong, a label since corrected)
-RIGHT_AT_LEAST = {"development": 0.83, "held-out": 0.65}
+# docs/diagnose.md#how-good-is-it, 2026-11-27 (later): development 308 of 367 (the first ten
+# held-out sets in it), held-out: the eleventh and twelfth sets, 24 of 35 after their misses
+# were read (blind, as collected: 7 of 23 and 5 of 12 right, 1 wrong, a label since corrected)
+RIGHT_AT_LEAST = {"development": 0.83, "held-out": 0.68}
 
 
 def test_the_corpus_is_big_enough_and_its_headers_are_sound():

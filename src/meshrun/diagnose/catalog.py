@@ -199,6 +199,7 @@ CATALOG: tuple[Signature, ...] = (
          "CUDA op(s)`"),
     sig("ninja-missing", "no Ninja to build an extension",
          [r"Ninja is required to load C\+\+ extensions",
+          r"\[Errno 2\] No such file or directory: 'ninja'",
           r"die: error: must run as root"],
          "a C++/CUDA extension is built at run time (DeepSpeed's ops such as FusedAdam, "
          "torch.utils.cpp_extension.load) with the Ninja build tool, and this node has none on "
@@ -207,8 +208,8 @@ CATALOG: tuple[Signature, ...] = (
          "install the build tool in the environment on every node (python -m pip install "
          "ninja, or apt install ninja-build) and check that `ninja --version` prints a version "
          "there; or install the package with its ops prebuilt",
-         SETUP, "torch's `Ninja is required to load C++ extensions`; `die: error: must run as "
-         "root` in a log that builds an extension",
+         SETUP, "torch's `Ninja is required to load C++ extensions`, `No such file or "
+         "directory: 'ninja'`; `die: error: must run as root` in a log that builds an extension",
          confirm=r"torch_extensions|cpp_extension|[Nn]inja|JIT|jit"),
     sig("gpu-p2p-unsupported", "GPU peer-to-peer not available",
          [r"peer access is not supported between these two devices?"],
@@ -287,8 +288,7 @@ CATALOG: tuple[Signature, ...] = (
          FAULT, "DDP's `Expected to mark a variable ready only once`, `Parameter ... has been "
          "marked as ready twice`"),
     sig("zero3-with-device-map", "ZeRO-3 with a device_map",
-         [r"DeepSpeed Zero-3 is not compatible with `low_cpu_mem_usage=True` or with passing a "
-          r"`device_map`"],
+         [r"DeepSpeed Zero-3 is not compatible with `low_cpu_mem_usage=True`"],
          "the model is loaded with a device_map or low_cpu_mem_usage=True (from_pretrained) "
          "while DeepSpeed ZeRO-3 is on: ZeRO-3 partitions the weights across the ranks itself "
          "as they load, and transformers refuses both",
@@ -296,6 +296,18 @@ CATALOG: tuple[Signature, ...] = (
          "(ZeRO-3 places the weights); or use ZeRO-2, which keeps them whole on every rank",
          SETUP, "transformers' `DeepSpeed Zero-3 is not compatible with low_cpu_mem_usage=True "
          "or with passing a device_map`"),
+    sig("zero-checkpoint-world-size", "a ZeRO checkpoint loaded at another world size",
+         [(r"The checkpoint being loaded used a DP world size of (?P<saved>\d+) but the current "
+           r"world size is (?P<now>\d+)")],
+         lambda h: (f"the ZeRO checkpoint was saved by {h.group('saved')} data-parallel ranks "
+                    f"and is loaded by {h.group('now')}: DeepSpeed cannot partition ZeRO's "
+                    "optimizer state again for another world size (nodes or GPUs per node "
+                    "changed between the save and the resume)"),
+         "resume with the world size of the save (the same nodes x GPUs per node), or convert "
+         "the checkpoint to a universal one (DeepSpeed's ds_to_universal.py, then "
+         "load_universal) or load the model weights alone (load_optimizer_states=False)",
+         SETUP, "DeepSpeed's `The checkpoint being loaded used a DP world size of N but the "
+         "current world size is M`"),
     sig("collective-mismatch", "ranks ran different collectives",
          [r"Detected mismatch between collectives on ranks"],
          "the ranks issued different collectives at the same point (torch compared them: "
@@ -1146,6 +1158,13 @@ CATALOG: tuple[Signature, ...] = (
          "make every rank call the same collectives in the same order on its own GPU; "
          + _NCCL_DEBUG,
          FAULT, "`ncclInvalidUsage`", names_cause=False),
+    sig("ib-dmabuf-unsupported", "InfiniBand cannot register GPU memory by DMA-BUF",
+         [r"Call to ibv_reg_dmabuf_mr failed with error Operation not supported"],
+         "NCCL registers GPU memory with the InfiniBand adapter through DMA-BUF, which this "
+         "node's RDMA stack (kernel, driver or rdma-core) does not support",
+         "set NCCL_DMABUF_ENABLE=0 for the job (NCCL then registers memory the older way, "
+         "through nvidia-peermem), or update the kernel, the NIC driver and rdma-core",
+         FAULT, "NCCL's `Call to ibv_reg_dmabuf_mr failed with error Operation not supported`"),
     sig("ib-transport-error", "InfiniBand transport error",
          [(r"NET/IB ?: Got completion (?:from peer (?P<peer>\S+) )?with (?:status=|error )"
            r"(?P<err>\d+)"),
