@@ -15,7 +15,7 @@ from helpers import free_port
 
 from meshrun import protocol
 from meshrun.runtime.stragglers import WORK, Stragglers
-from meshrun.worker.observe import Observer, schedstat
+from meshrun.worker.observe import Observer, WorkThreads, schedstat
 
 
 class Group:
@@ -91,6 +91,59 @@ def test_this_threads_schedstat_reads():
     run, waiting = schedstat()
     assert run > 0 and waiting >= 0
     assert schedstat("/proc/self/no-such-file") is None
+
+
+def _thread(task, tid, name, run_ns, wait_ns):
+    folder = task / str(tid)
+    folder.mkdir(exist_ok=True)
+    (folder / "comm").write_text(name + "\n")
+    (folder / "schedstat").write_text(f"{run_ns} {wait_ns} 7\n")
+
+
+def test_the_work_is_the_main_threads_and_gloos_and_never_falls(tmp_path, monkeypatch):
+    """The main thread (the process's own id) and gloo's named threads count; torch's
+    intra-op threads and meshrun's own do not. A thread that ends takes nothing back; a
+    new one brings all of its time."""
+    monkeypatch.setattr("os.getpid", lambda: 100)
+    task = tmp_path / "task"
+    task.mkdir()
+    _thread(task, 100, "pt_main_thread", 1_000_000_000, 100_000_000)
+    _thread(task, 101, "pt_gloo_runloop", 500_000_000, 0)
+    _thread(task, 102, "gloo_tcp_loop", 200_000_000, 50_000_000)
+    _thread(task, 103, "python", 9_000_000_000, 0)            # an intra-op or meshrun thread
+    work = WorkThreads(str(task))
+    assert work() == (pytest.approx(1.7), pytest.approx(0.15))
+    _thread(task, 100, "pt_main_thread", 1_500_000_000, 100_000_000)   # +0.5 s
+    for name in ("comm", "schedstat"):
+        (task / "101" / name).unlink()
+    (task / "101").rmdir()                                    # its group destroyed
+    _thread(task, 104, "pt_gloo_runloop", 300_000_000, 0)      # a new group's
+    assert work() == (pytest.approx(2.5), pytest.approx(0.15))
+    for name in ("comm", "schedstat"):
+        (task / "100" / name).unlink()
+    assert work() is None                                     # no main thread to read
+    assert WorkThreads(str(tmp_path / "none"))() is None
+
+
+def test_a_real_gloo_groups_threads_are_found():
+    """torch names gloo's threads as GLOO_THREADS expects (were they renamed, the work
+    would silently be the main thread's alone again)."""
+    code = textwrap.dedent("""
+        import os, sys
+        import torch, torch.distributed as dist
+        from meshrun.worker.observe import GLOO_THREADS
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{sys.argv[1]}",
+                                rank=0, world_size=1)
+        dist.all_reduce(torch.ones(1000))
+        names = {open(f"/proc/self/task/{t}/comm").read().strip()
+                 for t in os.listdir("/proc/self/task")}
+        print(sorted(n for n in names if n.startswith(GLOO_THREADS)))
+        dist.destroy_process_group()
+    """)
+    out = subprocess.run([sys.executable, "-c", code, str(free_port())], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "pt_gloo_runloop" in out.stdout, out.stdout
 
 
 DDP = textwrap.dedent("""

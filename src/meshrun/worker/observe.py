@@ -17,12 +17,20 @@ them to the job's store with the rank's next report:
   training every rank's step takes as long as the slowest rank's; the slowest is the one
   that waits least).
 
-  - On a CPU (gloo): the kernel's own accounting of the script's main thread,
-    ``/proc/self/schedstat``: time on a CPU plus time runnable but waiting for one (a CPU
-    quota's throttling counts there), over wall time. A rank blocked in a collective
-    (waiting for the others' bytes) sleeps, and counts as not working. The main thread
-    does the compute (torch's intra-op threads work beside it and it shares their work);
-    gloo's own threads, which move the bytes, are left out.
+  - On a CPU (gloo): the kernel's own accounting of the threads that do the step's work,
+    ``/proc/self/task/<tid>/schedstat``: time on a CPU plus time runnable but waiting for one
+    (a CPU quota's throttling counts there), over wall time, summed over the script's main
+    thread (the compute) and gloo's threads (``pt_gloo_runloop``: a collective's copies and
+    reductions; ``gloo_tcp_loop``: its bytes in and out). A rank blocked in a collective
+    (waiting for the others' bytes) sleeps in all of them, and counts as not working. With
+    gloo's threads the figure can pass 1 (they work beside the main thread: a bucket's
+    all-reduce during the backward); it is seconds of work a second. Without them a slow
+    node's collectives (FSDP2's all-gathers and reduce-scatters, half its step) counted
+    as waiting on both nodes, which diluted it: FSDP2 on two nodes at a 1.5x CPU quota cut
+    read 1.16x (main thread alone) against 1.43x (``bench/observe.py``, docs/benchmarks.md).
+    torch's intra-op threads are left out (OpenMP's spin after each parallel region
+    would count as work on every node alike); a torch whose gloo threads carry no names
+    (before 2.x) is measured by the main thread alone.
   - On NCCL, only with ``MESHRUN_OBSERVE=timing``: the time the rank's collectives took on
     the device, from NCCL's completion hooks (``active_duration``, CUDA events around each
     collective: it includes the wait for the slowest peer; torch needs
@@ -98,15 +106,66 @@ def collectives(pgs: list[Any]) -> int:
     return total
 
 
+GLOO_THREADS = ("pt_gloo", "gloo_")   # gloo's threads' names (torch names them) begin so
+
+
+class WorkThreads:
+    """``(seconds on a CPU, seconds runnable and waiting for one)`` of this process's main
+    thread and gloo's threads together, read from ``task`` (``/proc/self/task``); None where
+    the kernel has none. Each call lists the threads again (gloo's come with each process
+    group) and reads each one's figures (~10 small files a second). The sums only grow: each
+    thread adds what it did since the last call (a thread new since then, all of its time),
+    so a thread that ends takes nothing back."""
+
+    def __init__(self, task: str = "/proc/self/task") -> None:
+        self.task, self.main = task, str(os.getpid())
+        self.names: dict[str, str] = {}                    # tid -> name, read once
+        self.last: dict[str, tuple[float, float]] = {}     # tid -> its figures last time
+        self.run = self.wait = 0.0
+
+    def _name(self, tid: str) -> str:
+        name = self.names.get(tid)
+        if name is None:
+            try:
+                with open(f"{self.task}/{tid}/comm") as handle:
+                    name = handle.read().strip()
+            except OSError:
+                return ""
+            self.names[tid] = name
+        return name
+
+    def __call__(self) -> tuple[float, float] | None:
+        try:
+            tids = os.listdir(self.task)
+        except OSError:
+            return None
+        now: dict[str, tuple[float, float]] = {}
+        for tid in tids:
+            if tid == self.main or self._name(tid).startswith(GLOO_THREADS):
+                got = schedstat(f"{self.task}/{tid}/schedstat")
+                if got is not None:
+                    now[tid] = got
+        if self.main not in now:
+            return None
+        for tid, (run, wait) in now.items():
+            before = self.last.get(tid, (0.0, 0.0))
+            self.run += max(0.0, run - before[0])
+            self.wait += max(0.0, wait - before[1])
+        self.last = now
+        self.names = {tid: self.names[tid] for tid in tids if tid in self.names}
+        return self.run, self.wait
+
+
 class Observer:
     """The figures of one interval (see the module). ``dist`` is ``torch.distributed`` once
-    the script imported it; ``clock`` and ``stat`` are the wall clock and the main thread's
-    schedstat (tests give their own)."""
+    the script imported it; ``clock`` and ``stat`` are the wall clock and the working
+    threads' schedstat (:class:`WorkThreads`; tests give their own)."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic,
-                 stat: Callable[[], tuple[float, float] | None] = schedstat,
+                 stat: Callable[[], tuple[float, float] | None] | None = None,
                  timing: bool = False) -> None:
-        self.clock, self.stat, self.timing = clock, stat, timing
+        self.clock, self.timing = clock, timing
+        self.stat = stat if stat is not None else WorkThreads()
         self.last: tuple[float, float, float] | None = None   # (wall, cpu-side busy, coll time)
         self.span: deque[tuple[float, float, float]] = deque()  # the samples of SPAN_S
         self.coll_time = 0.0          # NCCL: seconds in collectives, from the hooks
