@@ -1,6 +1,7 @@
 """Sockets of this process, beyond what the store client offers: cut this process's own
-connections to a store whose host went silent, and resolve a host within a timeout. Linux (``/proc``);
-used by the agent (a lost store host) and by :func:`meshrun.progress` (its writer thread).
+connections to a store whose host went silent, and resolve a host within a timeout. Linux
+(``/proc``); used by the agent (a lost store host) and by :func:`meshrun.progress` (its
+writer thread).
 And the resolver settings a node agent runs with (:func:`resolver_for_agent`)."""
 
 from __future__ import annotations
@@ -59,6 +60,8 @@ def lookup(host: str, port: int | None = None, timeout: float = 5.0,
             box["infos"] = socket.getaddrinfo(host, port, type=kind)
         except (OSError, UnicodeError) as exc:   # UnicodeError: a label IDNA refuses
             box["error"] = f"cannot resolve: {getattr(exc, 'strerror', None) or exc}"
+        except Exception as exc:  # noqa: BLE001 - any other: said, never printed by the thread
+            box["error"] = f"cannot resolve: {type(exc).__name__}: {exc}"
 
     worker = threading.Thread(target=run, name="meshrun-lookup", daemon=True)
     worker.start()

@@ -684,7 +684,13 @@ def test_the_gpu_full_before_the_job_is_judged_by_its_own_traceback():
     found = diagnose_text(text, name="x.log")
     assert (found[0].code, found[0].rank) == ("cuda-alloc-failed", 0)
     assert "first use of the GPU" in found[0].cause and found[0].names_cause
-    assert not any(d.rank == 1 and "first use" in d.cause for d in found)
+    rank1 = [d for d in found if d.rank == 1]
+    assert rank1 and not any("first use" in d.cause or d.names_cause for d in rank1)
+    # the other order: rank 0's first use above does not decide rank 1's mid-training error
+    lines = text.splitlines(keepends=True)
+    swapped = diagnose_text("".join(lines[4:] + lines[:4]), name="x.log")
+    rank1 = [d for d in swapped if d.rank == 1]
+    assert rank1 and not any("first use" in d.cause for d in rank1)
 
 
 def test_the_tenth_rounds_codes_fire_where_they_mean_it():
@@ -707,6 +713,20 @@ def test_the_tenth_rounds_codes_fire_where_they_mean_it():
     assert first("RuntimeError: Detected mismatch between collectives on ranks. Rank 0 is "
                  "running collective: CollectiveFingerPrint(OpType=BROADCAST)\n") == \
         "collective-mismatch"
+    shapes = diagnose_text(
+        "RuntimeError: Detected mismatch between collectives on ranks. Rank 2 is running "
+        "collective: CollectiveFingerPrint(SequenceNumber=12, OpType=ALLGATHER, "
+        "TensorShape=[7, 64]), but Rank 0 is running collective: CollectiveFingerPrint("
+        "SequenceNumber=12, OpType=ALLGATHER, TensorShape=[1, 64]).Collectives differ in the "
+        "following aspects: \t Tensor shapes: [7, 64]vs [1, 64]\n", name="x.log")[0]
+    assert shapes.code == "collective-mismatch" and "same collective" in shapes.cause
+    ops = diagnose_text(
+        "RuntimeError: Detected mismatch between collectives on ranks. Rank 0 is running "
+        "collective: CollectiveFingerPrint(SequenceNumber=5, OpType=BROADCAST), but Rank 1 is "
+        "running collective: CollectiveFingerPrint(SequenceNumber=5, OpType=ALLREDUCE)."
+        "Collectives differ in the following aspects: \t Op type: BROADCASTvs ALLREDUCE\n",
+        name="x.log")[0]
+    assert "path differs between ranks" in ops.cause
 
 
 def test_a_missing_folder_is_a_checkpoint_cause_only_inside_torch_save():
@@ -726,6 +746,15 @@ def test_a_missing_folder_is_a_checkpoint_cause_only_inside_torch_save():
                "    data = open('data/train.csv')\n"
                "FileNotFoundError: [Errno 2] No such file or directory: 'data/train.csv'\n")
     assert all(d.code != "checkpoint-unwritable" for d in diagnose_text(reading, name="x.log"))
+    loading = ('Traceback (most recent call last):\n'
+               '  File "main.py", line 20, in <module>\n'
+               "    state = torch.load('ckpt/last.pth')\n"
+               '  File "/opt/lib/python3.11/site-packages/torch/serialization.py", line 1479, '
+               'in load\n'
+               '  File "/opt/lib/python3.11/site-packages/torch/serialization.py", line 759, '
+               'in _open_file_like\n'
+               "FileNotFoundError: [Errno 2] No such file or directory: 'ckpt/last.pth'\n")
+    assert all(d.code != "checkpoint-unwritable" for d in diagnose_text(loading, name="x.log"))
 
 
 def test_the_eleventh_rounds_codes():
@@ -740,6 +769,14 @@ def test_the_eleventh_rounds_codes():
     assert first("command torchrun not found\n") == "launcher-not-found"
     assert first(": not foundpts/COCO_test.sh: 2: ./data/scripts/COCO_test.sh:\n") == \
         "script-crlf"
+    # the same read from a file: the '\r' splits the line
+    assert first("./data/scripts/COCO_test.sh: 2: ./data/scripts/COCO_test.sh: \r: not found\n"
+                 ) == "script-crlf"
+    assert first("Error: not found\n: not found\n") != "script-crlf"
+    assert first("zsh: command not found: torchrun\n") == "launcher-not-found"
+    assert first("/opt/venv/bin/python: not found\n") != "launcher-not-found"
+    assert first("ValueError: DeepSpeed Zero-3 is not compatible with passing a `device_map`.\n"
+                 ) == "zero3-with-device-map"
 
 
 def test_the_twelfth_rounds_codes():

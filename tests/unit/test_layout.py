@@ -29,7 +29,7 @@ ALLOWED = {
     # nodes on loopback for the tests and the benchmarks; their threads by the planner's rule
     "harness": {"topology", "facts", "plan"},
     "topology": {"errors"},
-    "facts": {"errors", "topology"},
+    "facts": {"errors", "topology", "sockets"},  # sockets: a bounded name lookup (a leaf)
     "job": {"errors", "recipes", "outfile"},
     "nccl": {"errors", "facts", "plan"},
     "plan": {"errors", "redact", "topology", "facts", "job", "nccl"},

@@ -100,18 +100,17 @@ def _thread(task, tid, name, run_ns, wait_ns):
     (folder / "schedstat").write_text(f"{run_ns} {wait_ns} 7\n")
 
 
-def test_the_work_is_the_main_threads_and_gloos_and_never_falls(tmp_path, monkeypatch):
+def test_the_work_is_the_main_threads_and_gloos_and_never_falls(tmp_path):
     """The main thread (the process's own id) and gloo's named threads count; torch's
     intra-op threads and meshrun's own do not. A thread that ends takes nothing back; a
     new one brings all of its time."""
-    monkeypatch.setattr("os.getpid", lambda: 100)
     task = tmp_path / "task"
     task.mkdir()
     _thread(task, 100, "pt_main_thread", 1_000_000_000, 100_000_000)
     _thread(task, 101, "pt_gloo_runloop", 500_000_000, 0)
     _thread(task, 102, "gloo_tcp_loop", 200_000_000, 50_000_000)
     _thread(task, 103, "python", 9_000_000_000, 0)            # an intra-op or meshrun thread
-    work = WorkThreads(str(task))
+    work = WorkThreads(str(task), main=100)
     assert work() == (pytest.approx(1.7), pytest.approx(0.15))
     _thread(task, 100, "pt_main_thread", 1_500_000_000, 100_000_000)   # +0.5 s
     for name in ("comm", "schedstat"):
@@ -123,6 +122,21 @@ def test_the_work_is_the_main_threads_and_gloos_and_never_falls(tmp_path, monkey
         (task / "100" / name).unlink()
     assert work() is None                                     # no main thread to read
     assert WorkThreads(str(tmp_path / "none"))() is None
+
+
+def test_a_thread_that_names_itself_late_or_a_reused_id_still_counts(tmp_path):
+    """A gloo thread listed before it named itself (it carried its creator's name) counts
+    once it has; an id reused by a new thread brings the new thread's whole time."""
+    task = tmp_path / "task"
+    task.mkdir()
+    _thread(task, 100, "pt_main_thread", 0, 0)
+    _thread(task, 101, "pt_main_thread", 100_000_000, 0)     # not named yet
+    work = WorkThreads(str(task), main=100)
+    assert work() == (0.0, 0.0)
+    _thread(task, 101, "pt_gloo_runloop", 300_000_000, 0)    # named now: all of its time
+    assert work() == (pytest.approx(0.3), 0.0)
+    _thread(task, 101, "gloo_tcp_loop", 50_000_000, 0)       # the id reused by a new thread
+    assert work() == (pytest.approx(0.35), 0.0)
 
 
 def test_a_real_gloo_groups_threads_are_found():
@@ -143,7 +157,7 @@ def test_a_real_gloo_groups_threads_are_found():
     out = subprocess.run([sys.executable, "-c", code, str(free_port())], capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "pt_gloo_runloop" in out.stdout, out.stdout
+    assert "pt_gloo_runloop" in out.stdout and "gloo_tcp_loop" in out.stdout, out.stdout
 
 
 DDP = textwrap.dedent("""

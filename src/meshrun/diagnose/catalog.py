@@ -31,6 +31,7 @@ from .causes import (
     killed_by,
     local_rank_cause,
     meshrun_fix,
+    mismatch_cause,
     module_cause,
     nccl_detail,
     nccl_last_error,
@@ -288,7 +289,8 @@ CATALOG: tuple[Signature, ...] = (
          FAULT, "DDP's `Expected to mark a variable ready only once`, `Parameter ... has been "
          "marked as ready twice`"),
     sig("zero3-with-device-map", "ZeRO-3 with a device_map",
-         [r"DeepSpeed Zero-3 is not compatible with `low_cpu_mem_usage=True`"],
+         [r"DeepSpeed Zero-3 is not compatible with (?:`low_cpu_mem_usage=True`|passing a "
+          r"`device_map`)"],
          "the model is loaded with a device_map or low_cpu_mem_usage=True (from_pretrained) "
          "while DeepSpeed ZeRO-3 is on: ZeRO-3 partitions the weights across the ranks itself "
          "as they load, and transformers refuses both",
@@ -310,14 +312,11 @@ CATALOG: tuple[Signature, ...] = (
          "current world size is M`"),
     sig("collective-mismatch", "ranks ran different collectives",
          [r"Detected mismatch between collectives on ranks"],
-         "the ranks issued different collectives at the same point (torch compared them: "
-         "TORCH_DISTRIBUTED_DEBUG=DETAIL): the script's path differs between ranks (a branch "
-         "only some ranks take, a different number of batches per rank, a layer or a "
-         "broadcast some ranks skip), so their collectives no longer pair up; without this "
-         "check such a job hangs until its timeout",
-         "make every rank run the same collectives in the same order: the same number of "
-         "steps and batches on every rank (drop_last, DistributedSampler), no collective "
-         "inside a rank-dependent branch; the line names the two ranks and their collectives",
+         mismatch_cause,
+         "make every rank run the same collectives in the same order, on tensors of the same "
+         "shape and dtype: the same number of steps and batches on every rank (drop_last, "
+         "DistributedSampler), no collective inside a rank-dependent branch; the line names "
+         "the two ranks and their collectives",
          FAULT, "c10d's `Detected mismatch between collectives on ranks` "
          "(TORCH_DISTRIBUTED_DEBUG=DETAIL)"),
     sig("checkpoint-module-prefix", "checkpoint keys carry 'module.'",
@@ -645,14 +644,25 @@ CATALOG: tuple[Signature, ...] = (
           # dash: the name ends in '\r', so ': not found' overwrites the line's start
           r"^: not found\S*\.sh: \d+: "],
          "the launch script has Windows (CRLF) line endings, or a space after a line-ending "
-         "backslash: each continued line became its own command, so the launcher got a stray "
-         "'\\r' and the training flags never reached the script",
+         "backslash (or the backslash is missing): each continued line became its own "
+         "command, so the launcher got a stray '\\r' and the training flags never reached the "
+         "script",
          "convert the script to Unix line endings (dos2unix script.sh, or sed -i 's/\\r$//' "
          "script.sh) and keep nothing after a line-ending backslash",
          SETUP, "`$'\\r': command not found`, `'\\r'] exits with return code`, `script.sh: line "
          "N: --flag: command not found` (or `key=value: command not found`: an argument run as "
          "a command), dash's `: not foundscript.sh: N: ...` (a '\\r' in the name)",
          suppresses=("python-module-missing",)),
+    # the same dash message read from a file: the '\r' splits it, ': not found' on a line of
+    # its own below `script.sh: N: name`
+    sig("script-crlf", "shell script with Windows line endings",
+         [r"^: not found\s*$"],
+         "the launch script has Windows (CRLF) line endings: every command's name ends in a "
+         "stray '\\r', so the shell finds none of them",
+         "convert the script to Unix line endings (dos2unix script.sh, or sed -i 's/\\r$//' "
+         "script.sh)",
+         SETUP, "dash's `: not found` on a line of its own just below `script.sh: N: ...`",
+         near=r"\.sh: \d+: ", suppresses=("python-module-missing",)),
     sig("ssh-unreachable", "a launcher cannot ssh to a node",
          [(r"ssh: connect to host (?P<host>\S+) port \d+: (?:Connection timed out|Connection "
            r"refused|No route to host)"),
@@ -715,11 +725,14 @@ CATALOG: tuple[Signature, ...] = (
          SETUP, "`ModuleNotFoundError: No module named 'X'` for any other module; torch's "
          "`TensorBoard logging requires TensorBoard ...` (tensorboard)"),
     sig("launcher-not-found", "the launcher command is not on PATH",
-         [r"execve\(\): (?P<cmd>[\w.+-]+): No such file or directory",
-          (r"(?<![\w$'])(?P<cmd>torchrun|deepspeed|accelerate|meshrun|horovodrun|mpirun|srun|"
+         [(r"execve\(\): (?P<cmd>torchrun|deepspeed|accelerate|meshrun|horovodrun|mpirun|"
+           r"python3?(?:\.\d+)?): No such file or directory"),
+          (r"(?<![\w$'/])(?P<cmd>torchrun|deepspeed|accelerate|meshrun|horovodrun|mpirun|srun|"
            r"python3?(?:\.\d+)?): (?:command )?not found"),
           (r"\bcommand (?P<cmd>torchrun|deepspeed|accelerate|meshrun|horovodrun|mpirun|"
-           r"python3?) not found")],
+           r"python3?) not found"),
+          (r"command not found: (?P<cmd>torchrun|deepspeed|accelerate|meshrun|horovodrun|"
+           r"mpirun|python3?)\b")],
          lambda h: (f"the command '{h.group('cmd')}' is not on the PATH where the job step "
                     "runs: the environment that has it (a virtualenv or conda environment, a "
                     "module, a container) is not activated there (srun, ssh and a batch "
@@ -728,18 +741,18 @@ CATALOG: tuple[Signature, ...] = (
          "venv/bin/activate, conda activate, module load; meshrun render slurm --setup does "
          "it), or call the launcher by its full path (python -m torch.distributed.run for "
          "torchrun)",
-         SETUP, "slurmstepd's `execve(): X: No such file or directory`, the shell's `torchrun: "
-         "command not found` (a launcher or python)"),
-    sig("slurm-autodetect", "a framework took SLURM's variables for a distributed job",
+         SETUP, "slurmstepd's `execve(): X: No such file or directory`, the shells' `torchrun: "
+         "command not found`, `command not found: torchrun` (a launcher or python by its "
+         "bare name)"),
+    sig("slurm-autodetect", "a framework set up a distributed job for one process",
          [r"Cannot initialize distributed with distributed_world_size=1"],
-         "the training framework found SLURM's variables (SLURM_NODELIST, SLURM_NTASKS, "
-         "SLURM_PROCID) and set up a distributed job by itself, for a run of one process: "
-         "inside an sbatch or salloc allocation a plain run inherits the allocation's "
-         "variables (fairseq reads them when --distributed-port is set; Lightning's "
-         "SLURMEnvironment too)",
-         "tell the framework not to read SLURM's variables (fairseq: --distributed-port -1; "
-         "Lightning: plugins=[LightningEnvironment()]), or start one task per process with "
-         "srun as the allocation says",
+         "fairseq set up a distributed job by itself for a run of one process: it found "
+         "SLURM's variables (SLURM_NODELIST, SLURM_NTASKS: a plain run inside an sbatch or "
+         "salloc allocation inherits them; it reads them when --distributed-port is set) or "
+         "a launcher's (MASTER_ADDR, RANK, WORLD_SIZE=1: one process started by torchrun or "
+         "meshrun)",
+         "tell it not to (fairseq: --distributed-port -1, and no launcher for one process: "
+         "plain python), or start as many processes as --distributed-world-size says",
          SETUP, "fairseq's `Cannot initialize distributed with distributed_world_size=1`"),
     sig("nccl-library-shadowed", "an older NCCL loaded ahead of torch's",
          [r"libtorch_cuda\.so: undefined symbol: (?P<sym>nccl\w+)",
@@ -912,7 +925,8 @@ CATALOG: tuple[Signature, ...] = (
                     "share the master address and port, the node count differs between nodes, "
                     "or spare nodes were started with a fixed node count (a spare needs a "
                     "range: --nnodes N:N+S)"),
-         meshrun_fix("give every job its own --master-port and check --nnodes on every node"),
+         meshrun_fix("give every job its own --master-port and check --nnodes on every node "
+                     "(with spares, a range: --nnodes N:N+S)"),
          SETUP, "meshrun's `N nodes joined the store at ... but the job has M`, ft_launcher's "
          "`Maximum number of nodes (M) exceeded. Active participant count would be N`"),
     # -- fault ------------------------------------------------------------------------------
@@ -1044,14 +1058,16 @@ CATALOG: tuple[Signature, ...] = (
          "causes), `RuntimeError: Parent directory X does not exist.`", also=("disk-full",)),
     # older torch: open() itself raises, inside torch.save (its frames just above)
     sig("checkpoint-unwritable", "a checkpoint file cannot be created",
-        [r"(?:FileNotFoundError|IOError): \[Errno 2\] No such file or directory: '(?P<path>[^']+)'"],
+         [(r"(?:FileNotFoundError|IOError): \[Errno 2\] No such file or directory: "
+           r"'(?P<path>[^']+)'")],
          lambda h: (f"torch.save could not create {h.group('path')}: its folder does not exist "
                     "(save does not create folders)"),
          "create the folder first (os.makedirs(folder, exist_ok=True)) on every node that "
          "saves, or save under a folder that exists",
          FAULT, "`FileNotFoundError: [Errno 2] No such file or directory: 'X'` raised inside "
          "torch.save (its traceback's `serialization.py ... in save` frames)",
-         near=r"serialization\.py\"?, line \d+, in (?:save|_open_file_like|_with_file_like)\b"),
+         # save's own frame (torch.load also opens through _open_file_like)
+         near=r"serialization\.py\"?, line \d+, in (?:save|_with_file_like)\b"),
     sig("path-not-writable", "a path the job writes is not writable",
          [(r"(?:(?:PermissionError|OSError): |^)\[Errno 13\] Permission denied: "
            r"'(?P<path>(?!/(?:dev|proc|sys)/)[^']+)'"),

@@ -206,8 +206,11 @@ def node_lost_cause(hit: Hit) -> str:
 def module_cause(hit: Hit) -> str:
     binary = re.search(r"of binary: (\S+)", hit.text)
     ran = f" ({binary.group(1)})" if binary else ""
-    module = {"TensorBoard": "tensorboard"}.get(hit.group("mod"), hit.group("mod"))
-    return (f"Python module '{module}' is not installed in the environment this "
+    if hit.group("mod") == "TensorBoard":   # older torch said so for any failed import of it
+        return ("torch.utils.tensorboard could not import tensorboard in the environment this "
+                f"rank runs in{ran}: it is not installed there, older than 1.14, or its own "
+                "import failed (a dependency of it)")
+    return (f"Python module '{hit.group('mod')}' is not installed in the environment this "
             f"rank runs in{ran}: a different virtualenv, image or node than the one that has "
             "it, or a launcher (torchrun, deepspeed) found on PATH that belongs to another "
             "Python")
@@ -411,3 +414,26 @@ def local_rank_cause(hit: Hit) -> str:
     return ("the launcher passed --local-rank=N (torch.distributed.launch since torch 2.0 "
             "writes it with a dash) but the script's argparse only knows --local_rank, so every "
             "worker exits with code 2")
+
+
+def mismatch_cause(hit: Hit) -> str:
+    """c10d's collective check (TORCH_DISTRIBUTED_DEBUG=DETAIL) compared the ranks' next
+    collective; its text says in which aspects they differ."""
+    text = " ".join((hit.line, *hit.following))
+    ops = set(re.findall(r"OpType=(\w+)", text))
+    other_op = "Op type" in text or len(ops) > 1
+    tensors = [a for a in ("shapes", "dtypes", "devices") if f"Tensor {a}" in text]
+    path = ("the ranks issued different collectives at the same point: the script's path "
+            "differs between ranks (a branch only some ranks take, a different number of "
+            "batches per rank, a layer or a broadcast some ranks skip), so their collectives "
+            "no longer pair up")
+    shape = (f"the ranks issued the same collective with different tensor "
+             f"{', '.join(tensors) or 'shapes or dtypes'}: each rank passes tensors of its own "
+             "(a last batch of another size, a per-rank buffer, a tensor left on another "
+             "device)")
+    if other_op or (not tensors and len(ops) > 1):
+        return path + "; without this check such a job hangs until its timeout"
+    if tensors:
+        return shape
+    return (path + ", or the same collective got tensors of different shapes or dtypes on "
+            "different ranks")

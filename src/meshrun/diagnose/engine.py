@@ -254,7 +254,8 @@ def _diagnose(named: Sequence[tuple[str, str]], job: Any,
                 following = tuple(x.body for x in f.lines[li + 1:li + 6])
                 hit = Hit(match, line.body, rank, host_of(line, rank), following, job, device,
                           f.text, job_text() if callable(sig.confirm) else "",
-                          tuple(x.body for x in f.lines[max(0, li - 30):li]))
+                          tuple(x.body for x in f.lines[max(0, li - 30):li]
+                                if line.rank is None or x.rank in (None, line.rank)))
                 if sig.near is not None and not any(map(sig.near.search, hit.preceding)):
                     continue
                 pairs = sig.expand(hit) if sig.expand else [(rank, None)]

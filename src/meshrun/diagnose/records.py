@@ -119,7 +119,7 @@ class Hit:
     device: str | None = None      # what meshrun planned for the run: "cpu", "cuda" or unknown
     text: str = ""                 # the whole file the line is in (for causes that read more)
     job_text: str = ""             # every file diagnosed together (causes across nodes)
-    preceding: tuple[str, ...] = ()   # up to 30 lines' texts above it (its own traceback)
+    preceding: tuple[str, ...] = ()   # the 30 lines above it (its rank's, unprefixed ones)
 
     def group(self, name: str, default: str | None = None) -> str | None:
         try:
@@ -141,8 +141,9 @@ class Signature:
     depends on its numbers). ``confirm`` is a regex that must also occur in the same
     file, with ``{group}`` replaced by that named group of the match (escaped); or a
     function of the match and every file's text together (a check across nodes' logs).
-    ``exclude`` rejects lines that match it; ``near`` must match one of the 30 lines above
-    the hit (its own traceback); ``worker_only`` matches only lines a rank printed. ``suppresses`` names codes this one
+    ``exclude`` rejects lines that match it; ``near`` must match one of the 30 lines
+    above the hit (its own traceback: another rank's lines left out); ``worker_only``
+    matches only lines a rank printed. ``suppresses`` names codes this one
     explains when both are found for the same rank. ``expand`` turns one hit into
     several (rank, host) pairs (a hang line naming several stuck ranks).
     """

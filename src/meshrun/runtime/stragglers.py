@@ -8,9 +8,9 @@ Three figures, the first a rank has:
 1. **time working** (any script, nothing to call): the share of its time the rank spent
    working rather than waiting in collectives, as the worker shim observes it
    (:mod:`meshrun.worker.observe`: on gloo the kernel's accounting of the main thread and
-   gloo's threads, on GPUs NCCL's completion-hook timings). The waits inside a forward's own collectives (FSDP2's
-   and ZeRO-3's all-gathers, tensor parallelism's all-reduces) count as waiting, so it
-   holds for every layout.
+   gloo's threads, on GPUs NCCL's completion-hook timings). The waits inside a forward's
+   own collectives (FSDP2's and ZeRO-3's all-gathers, tensor parallelism's all-reduces)
+   count as waiting, so it holds for every layout.
 2. **compute time** per step, when the script reports steps (:func:`meshrun.progress`) and
    marks its arrival at the step's synchronisation (:func:`meshrun.arrive`): the mean time
    the rank worked before arriving. Exact for DDP-like steps; under FSDP2 or tensor

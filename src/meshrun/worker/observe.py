@@ -27,10 +27,11 @@ them to the job's store with the rank's next report:
     all-reduce during the backward); it is seconds of work a second. Without them a slow
     node's collectives (FSDP2's all-gathers and reduce-scatters, half its step) counted
     as waiting on both nodes, which diluted it: FSDP2 on two nodes at a 1.5x CPU quota cut
-    read 1.16x (main thread alone) against 1.43x (``bench/observe.py``, docs/benchmarks.md).
+    read 1.12-1.16x (main thread alone) against 1.36x (``bench/observe.py``,
+    docs/benchmarks.md).
     torch's intra-op threads are left out (OpenMP's spin after each parallel region
-    would count as work on every node alike); a torch whose gloo threads carry no names
-    (before 2.x) is measured by the main thread alone.
+    would count as work on every node alike); a torch whose gloo threads carry other names
+    is measured by the main thread alone (torch 2.13 names them so; a test checks).
   - On NCCL, only with ``MESHRUN_OBSERVE=timing``: the time the rank's collectives took on
     the device, from NCCL's completion hooks (``active_duration``, CUDA events around each
     collective: it includes the wait for the slowest peer; torch needs
@@ -114,24 +115,30 @@ class WorkThreads:
     thread and gloo's threads together, read from ``task`` (``/proc/self/task``); None where
     the kernel has none. Each call lists the threads again (gloo's come with each process
     group) and reads each one's figures (~10 small files a second). The sums only grow: each
-    thread adds what it did since the last call (a thread new since then, all of its time),
-    so a thread that ends takes nothing back."""
+    thread adds what it did since the last call (a thread new since then, or a thread id
+    reused by a new thread, all of its time), so a thread that ends takes nothing back.
+    A thread's name is read again until it has kept it for ``_NAME_READS`` calls: a thread
+    carries its creator's name until it names itself."""
 
-    def __init__(self, task: str = "/proc/self/task") -> None:
-        self.task, self.main = task, str(os.getpid())
-        self.names: dict[str, str] = {}                    # tid -> name, read once
+    _NAME_READS = 3
+
+    def __init__(self, task: str = "/proc/self/task", main: int | None = None) -> None:
+        self.task, self.main = task, str(os.getpid() if main is None else main)
+        self.names: dict[str, tuple[str, int]] = {}        # tid -> (name, times read alike)
         self.last: dict[str, tuple[float, float]] = {}     # tid -> its figures last time
         self.run = self.wait = 0.0
 
     def _name(self, tid: str) -> str:
-        name = self.names.get(tid)
-        if name is None:
+        name, seen = self.names.get(tid, ("", 0))
+        if seen < self._NAME_READS:
             try:
                 with open(f"{self.task}/{tid}/comm") as handle:
-                    name = handle.read().strip()
+                    now = handle.read().strip()
             except OSError:
                 return ""
-            self.names[tid] = name
+            seen = seen + 1 if now == name else 1
+            name = now
+            self.names[tid] = (name, seen)
         return name
 
     def __call__(self) -> tuple[float, float] | None:
@@ -149,8 +156,11 @@ class WorkThreads:
             return None
         for tid, (run, wait) in now.items():
             before = self.last.get(tid, (0.0, 0.0))
-            self.run += max(0.0, run - before[0])
-            self.wait += max(0.0, wait - before[1])
+            if run < before[0] or wait < before[1]:   # the id of a thread that ended, reused
+                before = (0.0, 0.0)
+                self.names.pop(tid, None)             # its name is read again next time
+            self.run += run - before[0]
+            self.wait += wait - before[1]
         self.last = now
         self.names = {tid: self.names[tid] for tid in tids if tid in self.names}
         return self.run, self.wait
