@@ -149,8 +149,14 @@ def test_a_real_gloo_groups_threads_are_found():
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{sys.argv[1]}",
                                 rank=0, world_size=1)
         dist.all_reduce(torch.ones(1000))
-        names = {open(f"/proc/self/task/{t}/comm").read().strip()
-                 for t in os.listdir("/proc/self/task")}
+        import time
+        deadline = time.monotonic() + 10   # a thread names itself a moment after it starts
+        while True:
+            names = {open(f"/proc/self/task/{t}/comm").read().strip()
+                     for t in os.listdir("/proc/self/task")}
+            if {"pt_gloo_runloop", "gloo_tcp_loop"} <= names or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
         print(sorted(n for n in names if n.startswith(GLOO_THREADS)))
         dist.destroy_process_group()
     """)

@@ -15,7 +15,6 @@ from .causes import (
     NODE_LOST_RE,
     abi_cause,
     arch_cause,
-    at_first_gpu_use,
     barrier_cause,
     barrier_fix,
     barrier_priority,
@@ -960,9 +959,11 @@ CATALOG: tuple[Signature, ...] = (
          "from an earlier run), or several ranks were put on the same GPU",
          "nvidia-smi on the node: stop what holds the GPU or pick a free one "
          "(CUDA_VISIBLE_DEVICES); let meshrun give each rank its own GPU",
-         at_first_gpu_use, "the CUDA runtime's `CUDA error: out of memory` whose own traceback "
-         "is CUDA's start-up (`_lazy_init`, `set_device`) or the model being built or moved (a "
-         "module's `__init__`, `_apply`)"),
+         SETUP, "the CUDA runtime's `CUDA error: out of memory` whose own traceback is CUDA's "
+         "start-up (`_lazy_init`, `set_device`) or the model being built or moved (a module's "
+         "`__init__`, `_apply`)",
+         near=r"in _lazy_init|in set_device|in _apply\b|torch/nn/modules/\S+\", line \d+, "
+              r"in __init__"),
     sig("host-oom-killed", "killed (host out of memory)",
          [r"Signal 9 \(SIGKILL\) received by PID", r"^\s*exitcode\s*:\s*-9 \(pid",
           r"failed \(exitcode: -9\) local_rank", r"exits with return code = -9\b",

@@ -259,20 +259,6 @@ def only_when_raised(tier: int) -> Callable[[Hit], int]:
     return priority
 
 
-_FIRST_USE_RE = re.compile(r"in _lazy_init|in set_device|in _apply\b|"
-                           r"torch/nn/modules/\S+\", line \d+, in __init__")
-
-
-def at_first_gpu_use(hit: Hit) -> int:
-    """Setup when the frames just above the line (its own traceback) are CUDA starting or the
-    model being built or moved onto the GPU; advice anywhere else (the general entry of the
-    code then speaks)."""
-    return SETUP if any(_FIRST_USE_RE.search(line) for line in hit.preceding) else ADVICE
-
-
-at_first_gpu_use.label = "setup (at a first use of the GPU; advice elsewhere)"  # type: ignore[attr-defined]
-
-
 def unless_warning(tier: int) -> Callable[[Hit], int]:
     """``tier``, or advice when the line is only a warning (torch warns at import that it
     could not load numpy, and may run on without ever needing it)."""
@@ -431,7 +417,7 @@ def mismatch_cause(hit: Hit) -> str:
              f"{', '.join(tensors) or 'shapes or dtypes'}: each rank passes tensors of its own "
              "(a last batch of another size, a per-rank buffer, a tensor left on another "
              "device)")
-    if other_op or (not tensors and len(ops) > 1):
+    if other_op:
         return path + "; without this check such a job hangs until its timeout"
     if tensors:
         return shape

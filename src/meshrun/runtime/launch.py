@@ -197,7 +197,8 @@ def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
     status = Goodbye.FAILED
     _raise_on_signals()  # before the watchdog may SIGTERM us: torch's own handler comes later
     reason = ""
-    def set_up(members: Any, reason: str) -> None:  # an epoch's workers (also from the rendezvous)
+    # an epoch's workers set up (also from the rendezvous: Rounds.entered); their ranks
+    def set_up(members: Any, reason: str) -> tuple[int, ...]:
         os.environ.update(epoch_environment(members, reason))
         ranks = members.ranks_of(plan.node_rank, plan.nproc_per_node)
         if members.epoch:
@@ -205,7 +206,9 @@ def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
         say(f"starting {_workers(plan.nproc_per_node)}: {ranks_phrase(ranks)} of "
             f"{len(members.seats) * plan.nproc_per_node} ({time.monotonic() - started:.1f} s "
             "after start" + (f"; membership epoch {members.epoch}" if members.epoch else "") + ")")
+        return ranks
 
+    rounds.on_epoch = set_up
     try:
         while True:  # one pass per membership epoch this node holds a seat in
             if not rounds.membership(plan).seated(plan.node_rank):
@@ -215,9 +218,8 @@ def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
                     return code
             members = rounds.membership(plan)
             dog.clear_suspicion()  # a failure of the epoch before is no suspicion now
-            rounds.announced, rounds.on_epoch = members.epoch, set_up
-            set_up(members, reason)
-            ranks = members.ranks_of(plan.node_rank, plan.nproc_per_node)
+            rounds.announced = members.epoch
+            ranks = set_up(members, reason)
             launched = time.time()   # a worker's failure record older than this: not ours
             failures.Stopping.reset()
             try:

@@ -151,7 +151,7 @@ class _Writer:
     def _run(self) -> None:
         from ..sockets import resolve
 
-        self.addresses = tuple(resolve(self.host)) or (self.host,)  # for close(), not here
+        self.addresses = resolve(self.host)  # for close(), not here (the host if none)
         store: Any = None
         retry_at = sent_at = 0.0
         sent: tuple[int, int, int] | None = None
