@@ -25,6 +25,7 @@ from .causes import (
     download_cause,
     driver_cause,
     dup_gpu_cause,
+    early_barrier_cause,
     hang_expand,
     ifname_cause,
     killed_by,
@@ -54,6 +55,13 @@ from .records import ADVICE, EFFECT, FAULT, LOST, SETUP, Signature, sig
 _NCCL_DEBUG = "rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET and read the first 'NCCL WARN'"
 _PEERS_FIRST = ("this rank is a victim: look for the first failure on the other ranks "
                 "(meshrun diagnose over every node's and rank's log)")
+
+_LONG_WORK_FIX = (
+    "raise the process group's timeout (init_process_group(timeout=timedelta(hours=2)), "
+    "TrainingArguments(ddp_timeout=7200), accelerate's InitProcessGroupKwargs(timeout=...), "
+    "meshrun's MESHRUN_PG_TIMEOUT) or do the long work before the job (preprocess and save the "
+    "dataset once, then load it from disk in every rank)")
+
 
 def launcher_cause(hit) -> str:
     return (f"the script reads {hit.group('var')}, which a launcher sets for every process "
@@ -573,6 +581,19 @@ CATALOG: tuple[Signature, ...] = (
          "yet initialized` (CUDA's error 802, also `cuda runtime error (802)` and torch's "
          "`Unexpected error from cudaGetDeviceCount() ... Error 802`)",
          suppresses=("nccl-unhandled-cuda-error", "nccl-internal-error", "cuda-init-failed")),
+    sig("nccl-too-old-for-gpu", "NCCL older than the GPU",
+         [r"ncclMaxSharedMem (?P<need>\d+) exceeds device/fn maxSharedMem (?P<has>\d+)"],
+         lambda h: ("the NCCL in use predates this GPU's architecture: its kernels ask for "
+                    f"{h.group('need')} bytes of shared memory, more than this GPU gives them "
+                    f"({h.group('has')}), so its collectives cannot run (NCCL 2.25 on "
+                    "Blackwell RTX 50xx cards: 2.26 supports them)" + "".join(
+                        f"; this is NCCL {m.group(1)}" for m in [re.search(
+                            r"NCCL version (\S+)", h.text)] if m)),
+         "use a newer NCCL: a torch wheel or container that bundles one made for this GPU, or "
+         "pip install -U nvidia-nccl-cu12 (or -cu13) and check that no older system libnccl "
+         "shadows it (LD_LIBRARY_PATH)",
+         SETUP, "NCCL's `ncclMaxSharedMem N exceeds device/fn maxSharedMem M`",
+         suppresses=("nccl-unhandled-cuda-error", "nccl-internal-error")),
     sig("nccl-graph-file-mismatch", "NCCL's graph file is for another machine",
          [r"NCCL WARN XML Import Channel : dev \d+ not found"],
          lambda h: ("NCCL_GRAPH_FILE (with NCCL_TOPO_FILE) points at a graph written for "
@@ -675,6 +696,18 @@ CATALOG: tuple[Signature, ...] = (
          "it needs no ssh",
          SETUP, "`ssh: connect to host H port 22: Connection timed out|refused`, `Permission "
          "denied (publickey)`, `Host key verification failed`"),
+    sig("host-unresolvable", "a launcher's host name does not resolve",
+         [(r"ssh: Could not resolve hostname (?P<host>[^\s:]+): (?:Name or service not known|"
+           r"Temporary failure in name resolution|nodename nor servname provided)")],
+         lambda h: (f"the launcher was given the host name {h.group('host')} (a hostfile, "
+                    "a host list) and this machine cannot resolve it to an address: a "
+                    "placeholder left in the hostfile, or a node or pod name that is not in "
+                    "DNS or /etc/hosts here"),
+         "put names that resolve here in the hostfile (check with getent hosts NAME), or their "
+         "IP addresses; for pods, a headless Service gives each one a DNS name; or start one "
+         "meshrun run on each node instead, which needs no hostfile",
+         SETUP, "ssh's `Could not resolve hostname H: Name or service not known`",
+         suppresses=("ssh-unreachable", "hostname-lookup-failed")),
     sig("hostname-lookup-failed", "`hostname -I` unsupported",
          [r"Command '\['hostname -I'\]' returned non-zero exit status",
           r"hostname: invalid option -- 'I'", r"hostname: illegal option -- I",
@@ -1279,6 +1312,26 @@ CATALOG: tuple[Signature, ...] = (
          "a peer of this rank closed its Gloo connection: that rank crashed or was stopped",
          _PEERS_FIRST,
          EFFECT, "Gloo's `Connection closed by peer`, `Read error ... Connection reset by peer`"),
+    sig("pg-timeout-too-short", "the first barrier timed out: long work on one rank",
+         [(r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(?P<seq>[1-9]|10), "
+           r"OpType=(?P<op>ALLREDUCE|BARRIER), NumelIn=1, NumelOut=1, Timeout\(ms\)="
+           r"(?P<timeout>\d+)\) ran for \d+ milliseconds"),
+          (r"Work WorkNCCL\(SeqNum=(?P<seq>[1-9]|10), OpType=(?P<op>ALLREDUCE|BARRIER), "
+           r"NumelIn=1, NumelOut=1, Timeout\(ms\)=(?P<timeout>\d+)\) timed out in blocking wait")],
+         early_barrier_cause,
+         _LONG_WORK_FIX,
+         LOST, "a timeout of one of the job's first ten collectives when it is a one-element "
+         "all-reduce (a barrier): `Watchdog caught collective operation timeout: "
+         "WorkNCCL(SeqNum=3, OpType=ALLREDUCE, NumelIn=1, ...)`",
+         suppresses=("nccl-watchdog-timeout",)),
+    # the waiting ranks' traceback: an error from main_process_first's __enter__ is its
+    # barrier's (the body's own errors show the body's line, not the `with` line)
+    sig("pg-timeout-too-short", "main_process_first's barrier failed: long work on one rank",
+         [r'contextlib\.py", line \d+, in __enter__'],
+         early_barrier_cause, _LONG_WORK_FIX,
+         LOST, "a traceback through `with ...main_process_first(...)` into contextlib's "
+         "`__enter__`",
+         near=r"main_process_first\(", suppresses=("nccl-watchdog-timeout",)),
     sig("nccl-watchdog-timeout", "NCCL collective timed out",
          [(r"(?:\[Rank (?P<rank>\d+)\] )?Watchdog caught collective operation timeout: "
           r"WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)[^)]*?(?:Timeout\(ms\)=(?P<timeout>"

@@ -191,6 +191,20 @@ def watchdog_cause(hit: Hit) -> str:
             "'if rank == 0')")
 
 
+def early_barrier_cause(hit: Hit) -> str:
+    """The ranks that waited a whole timeout at the job's first barrier (a one-element
+    all-reduce among its first collectives, or main_process_first's entry)."""
+    timeout = hit.group("timeout")
+    waited = f" {int(timeout) // 1000} s" if timeout and timeout.isdigit() else ""
+    where = (f"the job's first barrier ({hit.group('op')} #{hit.group('seq')}, one element)"
+             if hit.group("seq") else "main_process_first's barrier")
+    return (f"this rank waited{waited} in {where} while another rank was still doing long "
+            "work alone before it (dataset preparation or tokenization on the main process, a "
+            "download, an evaluation or a checkpoint save on rank 0): nothing crashed there, "
+            "the process group's timeout is shorter than that work; if no rank does such work, "
+            "one failed or hung before the barrier (its own log says which)")
+
+
 def hang_expand(hit: Hit) -> list[tuple[int | None, str | None]]:
     stuck = [(int(r), h) for r, _n, h in _STUCK_RE.findall(hit.group("stuck", ""))]
     return stuck or [(None, None)]
