@@ -873,6 +873,16 @@ CATALOG: tuple[Signature, ...] = (
          SETUP, "`EADDRINUSE`, `Address already in use`, `[Errno 98]`, meshrun's `port N ... is "
          "already in use` (torch's own words also name a second node started with node 0's "
          "rank)", exclude=r"ignoring the error", also=("duplicate-node-rank",)),
+    sig("port-privileged", "a port below 1024",
+         [(r"Permission denied: The server socket has failed to bind to \[?[\w:.]*\]?:"
+           r"(?P<port>\d{1,3}|10[01]\d|102[0-3])\b")],
+         lambda h: (f"the master port {h.group('port')} is below 1024, where only root may "
+                    "listen: a script that picks a random port ($RANDOM gives 0-32767) can "
+                    "land there"),
+         meshrun_fix("use a port from 1024 to 65535 (29500 is the usual one), or let meshrun "
+                      "pick a free one"),
+         SETUP, "c10d's `Permission denied: The server socket has failed to bind to [::]:N` "
+         "with N below 1024"),
     sig("master-dns-failure", "master address does not resolve",
          [r"meshrun: error: the master address (?P<target>\S+) does not resolve",
           (r"network addresses of \((?P<target>[^,()]+), (?P<port>\d+)\) cannot be retrieved "
@@ -1215,6 +1225,19 @@ CATALOG: tuple[Signature, ...] = (
          "set NCCL_DMABUF_ENABLE=0 for the job (NCCL then registers memory the older way, "
          "through nvidia-peermem), or update the kernel, the NIC driver and rdma-core",
          FAULT, "NCCL's `Call to ibv_reg_dmabuf_mr failed with error Operation not supported`"),
+    sig("ib-memlock-too-low", "locked-memory limit too low for InfiniBand",
+         [(r"Call to ibv_reg_mr(?:_iova2)? failed(?: with error)? ?:? ?Cannot allocate "
+           r"memory"),
+          r"NET/IB ?: Unable to register memory"],
+         "InfiniBand/RoCE transfers register (pin) their buffers, and this process's "
+         "locked-memory limit (ulimit -l) is too low for NCCL's: the limit of the shell, the "
+         "container or the SLURM step is a few MB, where it must be unlimited",
+         "raise the limit: ulimit -l unlimited in the job (memlock unlimited in "
+         "/etc/security/limits.conf, --ulimit memlock=-1 for Docker, PropagateResourceLimits or "
+         "slurmd's LimitMEMLOCK=infinity for SLURM); check with ulimit -l inside the job",
+         SETUP, "NCCL's `Call to ibv_reg_mr failed with error Cannot allocate memory` (also "
+         "`ibv_reg_mr_iova2`), `NET/IB : Unable to register memory`",
+         suppresses=("nccl-system-error", "nccl-internal-error", "nccl-unhandled-cuda-error")),
     sig("ib-transport-error", "InfiniBand transport error",
          [(r"NET/IB ?: Got completion (?:from peer (?P<peer>\S+) )?with (?:status=|error )"
            r"(?P<err>\d+)"),
