@@ -218,7 +218,7 @@ def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
                     return code
             members = rounds.membership(plan)
             dog.clear_suspicion()  # a failure of the epoch before is no suspicion now
-            rounds.announced = members.epoch
+            rounds.claim(members.epoch)
             ranks = set_up(members, reason)
             launched = time.time()   # a worker's failure record older than this: not ours
             failures.Stopping.reset()

@@ -71,12 +71,18 @@ class Rounds:
         launcher's loop, so the launcher's ``on_epoch`` sets the epoch up now (the workers'
         MESHRUN_* variables, the console line, the logs' epoch mark) before they start."""
         members = self.membership(plan)
+        set_up = self.on_epoch
+        if set_up is not None and self.claim(members.epoch):
+            set_up(members, "a membership change")
+
+    def claim(self, epoch: int) -> bool:
+        """Note that this node's workers are being set up for ``epoch``: False when they
+        already were (by the launcher's loop, or by :meth:`entered`)."""
         with self.lock:
-            if self.on_epoch is None or members.epoch <= self.announced:
-                return
-            self.announced = members.epoch
-            set_up = self.on_epoch
-        set_up(members, "a membership change")
+            if epoch <= self.announced:
+                return False
+            self.announced = epoch
+            return True
 
     def hold(self) -> None:
         """A hang restart of this node's workers is decided but not yet done: until this
