@@ -114,6 +114,18 @@ def reports(text: str) -> list[dict]:
                   key=lambda r: r["rank"])
 
 
+def by_rank(text: str) -> list[str]:
+    """``text``'s lines grouped by the rank that wrote them (``[rankN]: `` prefixes; the
+    unprefixed lines as one group), each group in its own order: one process's console
+    (simulate) interleaves the ranks' lines."""
+    groups: dict[str | None, list[str]] = {}
+    for line in text.splitlines():
+        found = re.match(r"(?:\[node \d+\] )?\[rank(\d+)\]: ?(.*)", line)
+        groups.setdefault(found and found.group(1), []).append(
+            found.group(2) if found else line)
+    return ["\n".join(lines) for lines in groups.values()]
+
+
 def test_accelerates_own_test_script(tmp_path):
     need("accelerate")
     import accelerate
@@ -124,9 +136,9 @@ def test_accelerates_own_test_script(tmp_path):
                              ("simulate", {}, ("--accelerate",)),
                              ("run", {}, ("--accelerate",))):
         out = launch(kind, [script], tmp_path / kind, env=env, flags=flags)
-        seen[kind] = sorted(re.findall(
-            r"Distributed environment: (\S+).*\n(?:\[rank\d\]: )?Num processes: (\d+)\n"
-            r"(?:\[rank\d\]: )?Process index: (\d+)", out))
+        seen[kind] = sorted(found for text in by_rank(out) for found in re.findall(
+            r"Distributed environment: (\S+).*\nNum processes: (\d+)\nProcess index: (\d+)",
+            text))
         assert "Training yielded the same results on one CPU or distributed setup" in out
         assert "**Test reinstantiated state**" in out, out[-3000:]  # its last test ran
     assert seen["torchrun"] == [("DistributedType.MULTI_CPU", "2", "0"),

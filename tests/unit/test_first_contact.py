@@ -499,3 +499,35 @@ def test_a_restart_torch_does_not_count_gets_files_of_its_own(tmp_path):
     assert first.endswith("attempt0/rank0.stdout") and again.endswith("attempt0-2/rank0.stdout")
     assert counted.endswith("attempt1/rank0.stdout")
     assert len(tailed) == len(set(tailed)) == 6
+
+
+def test_after_a_signal_from_outside_the_workers_lines_stay_in_the_rank_logs(tmp_path):
+    """SIGTERM to `meshrun run`: torch's agent logs its "death signal" line, then stops the
+    workers; a rank whose peer went first raises Gloo's 'Connection reset by peer'. That
+    traceback is the stopping, not the job's failure: the console stays quiet (the rank log
+    keeps it). Before the signal, worker lines reach the console as ever."""
+    import logging
+
+    from meshrun.runtime.agent_output import _SaidByMeshrun
+    from meshrun.runtime.failures import Stopping
+
+    router, tee, console = _router(tmp_path)
+    try:
+        tee.write("[rank1]: step 3\n")
+        record = logging.LogRecord("torch.distributed.elastic.agent.server.api", logging.WARNING,
+                                   __file__, 1, "Received %s death signal, shutting down workers",
+                                   ("Signals.SIGTERM",), None)
+        assert _SaidByMeshrun().filter(record) is False      # meshrun says it itself
+        tee.write("[rank1]: Traceback (most recent call last):\n")
+        tee.write("[rank1]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] "
+                  "Read error [127.0.0.1]:45678: Connection reset by peer\n")
+        tee.write("meshrun: node 0 stopped by SIGTERM; its workers were stopped\n")
+    finally:
+        tee.finish()
+        router.close()
+        Stopping.reset()
+    shown = console.getvalue()
+    assert "[rank1]: step 3" in shown and "stopped by SIGTERM" in shown
+    assert "Traceback" not in shown and "Connection reset" not in shown
+    kept = (tmp_path / "rank1.log").read_text()
+    assert "Traceback" in kept and "Connection reset by peer" in kept

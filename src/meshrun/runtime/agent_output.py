@@ -32,6 +32,8 @@ class _SaidByMeshrun:
         msg = str(record.msg)
         if msg.startswith("Sending process "):
             failures.Stopping.saw()   # a record written after this is a stopped rank's
+        elif msg.startswith(("Received %s death signal", "Got termination signal")):
+            failures.Stopping.signalled()   # logged before torch stops the workers
         if msg.startswith("failed (exitcode: ") and isinstance(record.args, tuple) \
                 and len(record.args) >= 2:
             last_failure[:] = [record.args[0], record.args[1]]   # exit code, local rank

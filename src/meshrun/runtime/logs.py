@@ -33,6 +33,7 @@ from typing import Any, TextIO
 from ..redact import redact_text
 from ..topology.base import in_spans
 from . import status, timeline
+from .failures import Stopping
 
 _RANK_LINE = re.compile(r"^\[rank(\d+)\]: ?(.*)$", re.S)
 # torch prefixes a worker's own traceback lines with "[rankN]:" too; say it once.
@@ -335,8 +336,11 @@ class LogRouter:
             sticky[0].flush()
 
     def shows(self, rank: int) -> bool:
-        """Rank ``rank``'s output goes to the console (``--show-ranks``)."""
-        return self.shown is None or in_spans(rank, self.shown)
+        """Rank ``rank``'s output goes to the console (``--show-ranks``), until the node is
+        stopped by a signal from outside: the workers' lines after it are their stopping (a
+        rank whose peer was stopped first raises 'Connection reset by peer'), not a failure
+        of the job, and stay in the rank logs only."""
+        return not Stopping.outside and (self.shown is None or in_spans(rank, self.shown))
 
     def rank_log_path(self, rank: int) -> str:
         return os.path.join(self.run_dir, f"rank{rank}.log")
