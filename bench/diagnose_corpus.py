@@ -99,6 +99,23 @@ def by_class(rows: list[dict]) -> dict[str, dict[str, int]]:
     return dict(sorted(out.items()))
 
 
+def split_line(rows: list[dict], dev_rows: list[dict]) -> str:
+    """The held-out set in three parts: causes the development set already holds 5 excerpts
+    of (the common ones: a sample that skipped them would see only the rare ones), causes it
+    holds fewer of, and causes no code names (``new:`` labels: never right)."""
+    held = {}
+    for row in dev_rows:
+        held[row["cause"]] = held.get(row["cause"], 0) + 1
+    parts = {"common": [], "rarer": [], "no code": []}
+    for row in rows:
+        key = ("no code" if row["cause"].startswith("new:")
+               else "common" if held.get(row["cause"], 0) >= 5 else "rarer")
+        parts[key].append(row)
+    return "held-out by cause: " + "; ".join(
+        f"{key} {len(part)} (right {tally(part)['right']}, wrong {tally(part)['wrong']})"
+        for key, part in parts.items())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", metavar="FILE")
@@ -127,6 +144,8 @@ def main() -> None:
               f"({100 * counts['right'] / max(total, 1):.0f} %), cause not named "
               f"{counts['unnamed']}, wrong {counts['wrong']}")
         report[name] = {"counts": counts, "classes": by_class(rows), "rows": rows}
+        if name == "held-out":
+            print(split_line(rows, report["development"]["rows"]))
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2))
 
