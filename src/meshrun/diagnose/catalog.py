@@ -219,6 +219,16 @@ CATALOG: tuple[Signature, ...] = (
          SETUP, "torch's `Ninja is required to load C++ extensions`, `No such file or "
          "directory: 'ninja'`; `die: error: must run as root` in a log that builds an extension",
          confirm=r"torch_extensions|cpp_extension|[Nn]inja|JIT|jit"),
+    sig("cuda-p2p-peer-limit", "more than 8 P2P peers for one GPU",
+         [r"peer mapping resources exhausted"],
+         "one GPU was asked to map the memory of more than 8 others: CUDA allows each device at "
+         "most 8 peer mappings, and this job puts more than 9 GPUs in one peer-to-peer group "
+         "(more than 9 processes or GPUs on one node, all with P2P)",
+         "keep to 8 peers per GPU: at most 9 ranks per P2P group on a node (accelerate's "
+         "num_processes and gpu_ids, --nproc-per-node), or NCCL_P2P_LEVEL / NCCL_P2P_DISABLE=1 "
+         "so NCCL maps fewer peers",
+         SETUP, "CUDA's `peer mapping resources exhausted` (error 60)",
+         suppresses=("cuda-init-failed", "nccl-unhandled-cuda-error")),
     sig("gpu-p2p-unsupported", "GPU peer-to-peer not available",
          [r"peer access is not supported between these two devices?"],
          "these GPUs cannot access each other's memory directly (consumer cards such as the "
@@ -756,6 +766,17 @@ CATALOG: tuple[Signature, ...] = (
          "preflight compares installed packages across nodes)",
          SETUP, "`ModuleNotFoundError: No module named 'X'` for any other module; torch's "
          "`TensorBoard logging requires TensorBoard ...` (tensorboard)"),
+    sig("accelerate-not-configured", "accelerate launch without a configuration",
+         [r"'NoneType' object has no attribute 'lower'"],
+         "accelerate launch found no configuration (accelerate config was never run on this "
+         "machine, or its file is not where this user's HF_HOME points) and no flag for mixed "
+         "precision, so its launcher read None",
+         "run accelerate config once on every machine (or pass --config_file FILE, or "
+         "--mixed_precision no|fp16|bf16 and the other flags), or let meshrun start the "
+         "script: meshrun run --accelerate -- script.py",
+         SETUP, "`AttributeError: 'NoneType' object has no attribute 'lower'` in accelerate's "
+         "launch command (its frames just above)",
+         near=r"accelerate[/\\]commands[/\\]launch\.py"),
     sig("launcher-not-found", "the launcher command is not on PATH",
          [(r"execve\(\): (?P<cmd>torchrun|deepspeed|accelerate|meshrun|horovodrun|mpirun|"
            r"python3?(?:\.\d+)?): No such file or directory"),
@@ -1139,11 +1160,13 @@ CATALOG: tuple[Signature, ...] = (
          [r"Signal 11 \(SIGSEGV\) received by PID", r"^\s*exitcode\s*:\s*-11 \(pid",
           r"failed \(exitcode: -11\) local_rank", r"exits with return code = -11\b",
           killed_by("SIGSEGV"), r"Segmentation fault", r"Fatal Python error: Segmentation"],
-         "the process crashed in native code (a CUDA/C++ extension, a driver, or mismatched "
-         "library versions)",
+         "the process crashed in native code (SIGSEGV): the crash alone names no cause; most "
+         "often mismatched library versions (an extension built for another torch or "
+         "compiler, a library imported before torch), a driver, or a bug in torch or NCCL",
          "rerun with PYTHONFAULTHANDLER=1 to get the Python stack of the crash; check that "
          "compiled extensions match this torch and that every node runs the same image",
-         FAULT, "`exitcode : -11` / SIGSEGV, `Segmentation fault`"),
+         FAULT, "`exitcode : -11` / SIGSEGV, `Segmentation fault` (an error class: names no "
+         "cause)", names_cause=False),
     sig("cuda-device-assert", "CUDA device-side assert",
          [r"device-side assert triggered", r"\.cu:\d+: .*Assertion `[^`]+` failed"],
          "a CUDA kernel's bounds check failed: usually a class label or index out of range "
@@ -1162,11 +1185,20 @@ CATALOG: tuple[Signature, ...] = (
          [r"Expected all tensors to be on the same device",
           r"Input type \(torch\.cuda\.\w+\) and weight type \(torch\.\w+\) should be the same",
           r"Tensor on device \S+ is not on the expected device \S+"],
-         "an operation mixed tensors on different devices (the model on GPU and the batch on "
-         "CPU, or on another rank's GPU)",
+         "an operation mixed tensors on different devices: the model on GPU and the batch on "
+         "CPU, code that puts a tensor on the default GPU (.cuda(), 'cuda', cuda:0) instead of "
+         "this rank's, or a rank given another GPU than its model's (a launcher or framework "
+         "that counted the processes per node or LOCAL_RANK wrongly)",
          "move the model and every batch to the rank's device (model.to(device), "
          "batch.to(device)) with device = cuda:LOCAL_RANK (meshrun.init_distributed().device)",
          FAULT, "`Expected all tensors to be on the same device`"),
+    sig("torch-no-distributed", "torch built without torch.distributed",
+         [r"PyTorch built without distributed support"],
+         "this torch was built without torch.distributed (an old source build, or a build with "
+         "USE_DISTRIBUTED=0), so no process group can be created",
+         "install a torch wheel from pytorch.org (every Linux wheel has torch.distributed), or "
+         "rebuild with USE_DISTRIBUTED=1; torch.distributed.is_available() must say True",
+         SETUP, "`RuntimeError: PyTorch built without distributed support`"),
     sig("pg-not-initialized", "process group not initialized",
          [r"Default process group (?:has not been|is not) initialized"],
          "the script used torch.distributed (a collective, DDP, a distributed sampler) before "
@@ -1357,7 +1389,7 @@ CATALOG: tuple[Signature, ...] = (
          near=r"main_process_first\(", suppresses=("nccl-watchdog-timeout",)),
     sig("nccl-watchdog-timeout", "NCCL collective timed out",
          [(r"(?:\[Rank (?P<rank>\d+)\] )?Watchdog caught collective operation timeout: "
-          r"WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)[^)]*?(?:Timeout\(ms\)=(?P<timeout>"
+          r"WorkNCCL\((?:SeqNum=(?P<seq>\d+), )?OpType=(?P<op>\w+)[^)]*?(?:Timeout\(ms\)=(?P<timeout>"
           r"\d+))?\) ran for (?P<ran>\d+) milliseconds"),
           (r"(?:\[Rank (?P<rank>\d+)\] )?Work WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)"
           r"[^)]*?(?:Timeout\(ms\)=(?P<timeout>\d+))?\) timed out in blocking wait"),
