@@ -63,6 +63,23 @@ _LONG_WORK_FIX = (
     "dataset once, then load it from disk in every rank)")
 
 
+_REGISTER_FIX = ("register it inside the function each worker runs (main(), called by launch "
+                 "or mp.spawn), or at import time of a module every worker imports")
+
+
+def registration_cause(hit) -> str:
+    name = hit.group("name")
+    if re.search(r"terminated with the following error|spawn\.py", hit.text):
+        return (f"'{name}' is not registered in this worker: the script registered it "
+                "(DatasetCatalog.register, a registry decorator) in the process that started "
+                "the job, outside the function every worker runs, and workers started with "
+                "spawn (detectron2's launch, mp.spawn) import the script without running that "
+                "code")
+    return (f"'{name}' is not registered in this process: a misspelt name, or registered in "
+            "code this process did not run (with several processes, only code inside the "
+            "function every worker runs)")
+
+
 def launcher_cause(hit) -> str:
     return (f"the script reads {hit.group('var')}, which a launcher sets for every process "
             "(torchrun, meshrun run), but it was started without one (python train.py), "
@@ -148,6 +165,21 @@ CATALOG: tuple[Signature, ...] = (
          "?use_libuv=0'); multi-node training on native Windows is barely supported: WSL2 or "
          "Linux nodes are the way",
          SETUP, "`use_libuv was requested but PyTorch was built without libuv support`"),
+    sig("mpi-world-mismatch", "mpirun's world differs from torch's",
+         [r"MPI world size (?P<mpi>\d+) does not match torch world size (?P<torch>\d+)",
+          r"MPI rank (?P<rank>\d+) does not match torch rank"],
+         lambda h: ("the job was started by mpirun and DeepSpeed read its world from MPI"
+                    + (f" ({h.group('mpi')} processes)" if h.group("mpi") else "")
+                    + ", while torch.distributed was set up from other variables (the "
+                    "script's own set-up, or a launcher's RANK/WORLD_SIZE left in the "
+                    "environment" + (f": {h.group('torch')} processes" if h.group("torch")
+                                     else "") + "): the script does not support being started "
+                    "by mpirun as it was"),
+         "start it one way only: mpirun with -np equal to nodes x GPUs and a script that takes "
+         "its rank from MPI (deepspeed.init_distributed(auto_mpi_discovery=True)), or the "
+         "deepspeed/torchrun launcher (or meshrun run) without mpirun",
+         SETUP, "DeepSpeed's `MPI world size N does not match torch world size M`, `MPI rank R "
+         "does not match torch rank`"),
     sig("deepspeed-outside-launcher", "DeepSpeed without a launcher",
          [r"Not using the DeepSpeed or dist launchers, attempting to detect MPI environment"],
          "deepspeed.init_distributed() found none of the launcher's variables (RANK, WORLD_SIZE, "
@@ -507,6 +539,23 @@ CATALOG: tuple[Signature, ...] = (
          "fp16 (HF/diffusers: cast the trained parameters, e.g. LoRA layers, to float32; "
          "do not .half() the model before training)",
          FAULT, "`ValueError: Attempting to unscale FP16 gradients.`"),
+    sig("zero-offload-client-optimizer", "ZeRO-Offload refuses the script's optimizer",
+         [(r"You are using ZeRO-Offload with a client provided optimizer \(<class "
+           r"'(?P<opt>[\w.]+)'>\)")],
+         lambda h: (f"DeepSpeed's ZeRO-Offload check refused its own CPU optimizer "
+                    f"({h.group('opt')}): a bug of this DeepSpeed's check (it accepted only "
+                    "DeepSpeedCPUAdam), fixed in later releases"
+                    if h.group("opt").startswith("deepspeed.") else
+                    "ZeRO-Offload (offload_optimizer to the CPU) runs the optimizer step on the "
+                    f"CPU, and DeepSpeed (0.8.3 on) refuses an optimizer the script built itself "
+                    f"({h.group('opt')}) unless the config allows it"),
+         lambda h: ("upgrade DeepSpeed, or set \"zero_force_ds_cpu_optimizer\": false in the "
+                    "config" if h.group("opt").startswith("deepspeed.") else
+                    "let DeepSpeed build the optimizer (an \"optimizer\" section in the config) "
+                    "or pass deepspeed.ops.adam.DeepSpeedCPUAdam; or set "
+                    "\"zero_force_ds_cpu_optimizer\": false to keep this one (slow on the CPU)"),
+         SETUP, "`ZeRORuntimeException: You are using ZeRO-Offload with a client provided "
+         "optimizer (<class 'X'>)`"),
     sig("zero-untested-optimizer", "ZeRO with an untested optimizer",
          [r"You are using an untested ZeRO Optimizer"],
          "DeepSpeed ZeRO was given an optimizer it has not been tested with (not one of its "
@@ -707,16 +756,25 @@ CATALOG: tuple[Signature, ...] = (
          SETUP, "`ssh: connect to host H port 22: Connection timed out|refused`, `Permission "
          "denied (publickey)`, `Host key verification failed`"),
     sig("host-unresolvable", "a launcher's host name does not resolve",
-         [(r"ssh: Could not resolve hostname (?P<host>[^\s:]+): (?:Name or service not known|"
-           r"Temporary failure in name resolution|nodename nor servname provided)")],
-         lambda h: (f"the launcher was given the host name {h.group('host')} (a hostfile, "
+         [(r"ssh: Could not resolve hostname (?P<host>[^\s:]+)(?::(?P<slots>\d+))?: (?:Name or "
+           r"service not known|Temporary failure in name resolution|nodename nor servname "
+           r"provided)")],
+         lambda h: (f"the launcher passed {h.group('host')}:{h.group('slots')} (host:slots, "
+                    "as horovodrun's -H writes it) to an Open MPI too old to read that form: it "
+                    "took the whole as a host name and tried to ssh to it"
+                    if h.group("slots") else
+                    f"the launcher was given the host name {h.group('host')} (a hostfile, "
                     "a host list) and this machine cannot resolve it to an address: a "
                     "placeholder left in the hostfile, or a node or pod name that is not in "
                     "DNS or /etc/hosts here"),
-         "put names that resolve here in the hostfile (check with getent hosts NAME), or their "
-         "IP addresses; for pods, a headless Service gives each one a DNS name; or start one "
-         "meshrun run on each node instead, which needs no hostfile",
-         SETUP, "ssh's `Could not resolve hostname H: Name or service not known`",
+         lambda h: ("upgrade Open MPI (4.x reads host:slots), or give the slots another way "
+                    "(a hostfile with 'host slots=N')" if h.group("slots") else
+                    "put names that resolve here in the hostfile (check with getent hosts NAME), "
+                    "or their IP addresses; for pods, a headless Service gives each one a DNS "
+                    "name; or start one meshrun run on each node instead, which needs no "
+                    "hostfile"),
+         SETUP, "ssh's `Could not resolve hostname H: Name or service not known` (and `H:N`: "
+         "host:slots given to an Open MPI that does not read it)",
          suppresses=("ssh-unreachable", "hostname-lookup-failed")),
     sig("hostname-lookup-failed", "`hostname -I` unsupported",
          [r"Command '\['hostname -I'\]' returned non-zero exit status",
@@ -1199,6 +1257,17 @@ CATALOG: tuple[Signature, ...] = (
          "install a torch wheel from pytorch.org (every Linux wheel has torch.distributed), or "
          "rebuild with USE_DISTRIBUTED=1; torch.distributed.is_available() must say True",
          SETUP, "`RuntimeError: PyTorch built without distributed support`"),
+    sig("registration-not-in-worker", "a name registered only where the job started",
+         [r"Dataset '(?P<name>[^']+)' is not registered"],
+         registration_cause, _REGISTER_FIX,
+         FAULT, "detectron2's `Dataset 'X' is not registered`"),
+    # its catalog's bare KeyError, the `_REGISTERED[name]` frame just above it
+    sig("registration-not-in-worker", "a name registered only where the job started",
+         [r"^KeyError: '(?P<name>[^']+)'$"],
+         registration_cause, _REGISTER_FIX,
+         FAULT, "`KeyError: 'X'` raised at a registry's `_REGISTERED[name]` (detectron2's "
+         "catalog)",
+         near=r"_REGISTERED\[name\]"),
     sig("pg-not-initialized", "process group not initialized",
          [r"Default process group (?:has not been|is not) initialized"],
          "the script used torch.distributed (a collective, DDP, a distributed sampler) before "
@@ -1270,6 +1339,15 @@ CATALOG: tuple[Signature, ...] = (
          SETUP, "NCCL's `Call to ibv_reg_mr failed with error Cannot allocate memory` (also "
          "`ibv_reg_mr_iova2`), `NET/IB : Unable to register memory`",
          suppresses=("nccl-system-error", "nccl-internal-error", "nccl-unhandled-cuda-error")),
+    sig("ib-hca-unusable", "NCCL picked an InfiniBand/RoCE device it cannot use",
+         [r"Call to ibv_modify_qp failed with error No such device"],
+         "NCCL chose an InfiniBand/RoCE device (HCA) whose port cannot carry its connections "
+         "(ibv_modify_qp: No such device): a port that is down, not cabled, or a RoCE device "
+         "without an address on the network the nodes share",
+         "exclude that device (NCCL_IB_HCA=^mlx5_N, or name the good ones: NCCL_IB_HCA=mlx5_0,"
+         "mlx5_1); ibv_devinfo and ibstat show each port's state",
+         SETUP, "NCCL's `Call to ibv_modify_qp failed with error No such device`",
+         suppresses=("nccl-system-error", "nccl-internal-error", "nccl-remote-error")),
     sig("ib-transport-error", "InfiniBand transport error",
          [(r"NET/IB ?: Got completion (?:from peer (?P<peer>\S+) )?with (?:status=|error )"
            r"(?P<err>\d+)"),
