@@ -473,6 +473,16 @@ CATALOG: tuple[Signature, ...] = (
          "tensor parallelism with data parallelism use FSDP2's fully_shard over a 2-D mesh "
          "instead of DDP",
          SETUP, "DDP's `found no DeviceMesh from dtensor args for c10d.broadcast_`"),
+    sig("library-too-old-for-torch", "a script made for another torch",
+         [r"module '(?P<mod>torch(?:\.\w+)*)' has no attribute '(?P<name>\w+)'"],
+         lambda h: (f"the script (or a package) uses {h.group('mod')}.{h.group('name')}, which "
+                    "this torch does not have: it was written for a newer torch (the name came "
+                    "later) or an older one (it was removed since)"),
+         "install the torch the script was written for (its README or requirements name it), "
+         "or upgrade the package whose frame is above the error",
+         SETUP, "`AttributeError: module 'torch.X' has no attribute 'Y'` (not torch._C's "
+         "`_cuda_*`: a CPU-only torch)",
+         exclude=r"module 'torch\._C' has no attribute '_cuda"),
     sig("library-too-old-for-torch", "a package made for another torch",
          [r"No module named '(?P<mod>torch\._six|torch\._?[\w.]+)'"],
          lambda h: (f"a package imports {h.group('mod')}, which this torch does not have: the "
@@ -839,12 +849,16 @@ CATALOG: tuple[Signature, ...] = (
          [(r"execve\(\): (?P<cmd>torchrun|deepspeed|accelerate|meshrun|horovodrun|mpirun|"
            r"python3?(?:\.\d+)?): No such file or directory"),
           (r"(?<![\w$'/])(?P<cmd>torchrun|deepspeed|accelerate|meshrun|horovodrun|mpirun|srun|"
-           r"python3?(?:\.\d+)?): (?:command )?not found"),
+           r"sbatch|salloc|python3?(?:\.\d+)?): (?:command )?not found"),
           (r"\bcommand (?P<cmd>torchrun|deepspeed|accelerate|meshrun|horovodrun|mpirun|"
            r"python3?) not found"),
           (r"command not found: (?P<cmd>torchrun|deepspeed|accelerate|meshrun|horovodrun|"
            r"mpirun|python3?)\b")],
-         lambda h: (f"the command '{h.group('cmd')}' is not on the PATH where the job step "
+         lambda h: (f"'{h.group('cmd')}' is SLURM's own command, and this machine has none: "
+                    "it is not a SLURM cluster's login node (or SLURM's bin folder is not on "
+                    "PATH here), so a script written for SLURM cannot submit from it"
+                    if h.group("cmd") in ("sbatch", "salloc", "srun") else
+                    f"the command '{h.group('cmd')}' is not on the PATH where the job step "
                     "runs: the environment that has it (a virtualenv or conda environment, a "
                     "module, a container) is not activated there (srun, ssh and a batch "
                     "script start a fresh shell), or it is not installed in that environment"),
@@ -1242,7 +1256,8 @@ CATALOG: tuple[Signature, ...] = (
     sig("device-mismatch", "tensors on different devices",
          [r"Expected all tensors to be on the same device",
           r"Input type \(torch\.cuda\.\w+\) and weight type \(torch\.\w+\) should be the same",
-          r"Tensor on device \S+ is not on the expected device \S+"],
+          r"Tensor on device \S+ is not on the expected device \S+",
+          r"expected device \S+ but got device \S+"],
          "an operation mixed tensors on different devices: the model on GPU and the batch on "
          "CPU, code that puts a tensor on the default GPU (.cuda(), 'cuda', cuda:0) instead of "
          "this rank's, or a rank given another GPU than its model's (a launcher or framework "
@@ -1268,8 +1283,55 @@ CATALOG: tuple[Signature, ...] = (
          FAULT, "`KeyError: 'X'` raised at a registry's `_REGISTERED[name]` (detectron2's "
          "catalog)",
          near=r"_REGISTERED\[name\]"),
+    sig("start-method-already-set", "multiprocessing's start method set twice",
+         [r"RuntimeError: context has already been set"],
+         "the script called multiprocessing's set_start_method(...) when a start method was "
+         "already set (by an earlier call, a library it imported, or an import run twice), "
+         "and without force=True that call raises",
+         "call torch.multiprocessing.set_start_method('spawn', force=True), or once only, under "
+         "if __name__ == '__main__': before anything starts a process",
+         FAULT, "`RuntimeError: context has already been set` (multiprocessing's "
+         "set_start_method)"),
+    sig("unpicklable-under-spawn", "an object a spawned process cannot receive",
+         [r"Can't pickle local object '(?P<what>[^']+)'",
+          r"Can't pickle <(?:function )?(?P<what><lambda>)",
+          r"Can't get attribute '(?P<what>\w+)' on <module '__main__'"],
+         lambda h: (f"{h.group('what')} has to reach a process started with spawn (DataLoader "
+                    "workers or Lightning's ddp_spawn / mp.spawn processes, the default on "
+                    "Windows and macOS) by pickling, and pickle carries only what can be "
+                    "imported by name: not a function or class defined inside another "
+                    "function, nor a lambda, nor a class defined only in an interactive "
+                    "__main__"),
+         "define it at module level in a file the workers import (not inside a function, "
+         "__init__ or a notebook cell); or start the ranks with a launcher (meshrun run, "
+         "torchrun, Lightning's strategy='ddp') instead of spawning them from the script",
+         FAULT, "`Can't pickle local object 'X'`, `Can't pickle <function <lambda>`, `Can't get "
+         "attribute 'X' on <module '__main__'`"),
+    sig("lightning-removed-argument", "a Trainer argument Lightning 2 removed",
+         [r"__init__\(\) got an unexpected keyword argument '(?P<arg>gpus|tpu_cores|ipus|"
+          r"auto_select_gpus|resume_from_checkpoint)'"],
+         lambda h: (f"Lightning 2.0 removed the Trainer's {h.group('arg')}= argument, and this "
+                    "script (or a package) was written for Lightning 1.x"),
+         "pass accelerator='gpu', devices=N instead of gpus=N (ckpt_path= to fit() instead of "
+         "resume_from_checkpoint), or install lightning<2.0 for the script as written",
+         SETUP, "`__init__() got an unexpected keyword argument 'gpus'` (and Lightning 1.x's "
+         "other removed Trainer arguments)"),
+    sig("slurm-submit-rejected", "SLURM refused the job",
+         [r"sbatch: error: (?P<why>Batch job submission failed: .+|Failed to validate job spec\..*"
+          r"|Parameter --\S+ no longer acceptable.*|Invalid generic resource \(gres\) "
+          r"specification.*)"],
+         lambda h: ("SLURM refused the job at submission, before anything ran: the batch "
+                    "script's resource request does not fit this cluster's SLURM (its version "
+                    "or its configuration): " + h.group("why").strip()),
+         "change the request sbatch names: the flags in the script's #SBATCH lines (or those "
+         "a tool generated: meshrun render slurm, submitit, torchx); scontrol show partition "
+         "and sinfo -o '%P %G %c %m' show what nodes offer",
+         SETUP, "`sbatch: error: Batch job submission failed: ...`, `Failed to validate job "
+         "spec`, `Parameter --gres=... no longer acceptable`, `Invalid generic resource (gres) "
+         "specification`"),
     sig("pg-not-initialized", "process group not initialized",
-         [r"Default process group (?:has not been|is not) initialized"],
+         [r"Default process group (?:has not been|is not) initialized",
+          r"collective only supported in process-group mode"],
          "the script used torch.distributed (a collective, DDP, a distributed sampler) before "
          "creating the process group",
          "call meshrun.init_distributed() (or torch.distributed.init_process_group("
