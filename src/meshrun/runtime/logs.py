@@ -337,9 +337,10 @@ class LogRouter:
 
     def shows(self, rank: int) -> bool:
         """Rank ``rank``'s output goes to the console (``--show-ranks``), until the node is
-        stopped by a signal from outside: the workers' lines after it are their stopping (a
-        rank whose peer was stopped first raises 'Connection reset by peer'), not a failure
-        of the job, and stay in the rank logs only."""
+        stopped by a signal (from outside, or the watchdog's own when another node ended the
+        job: its cause is meshrun's line): the workers' lines after it are their stopping (a
+        rank whose peer was stopped first raises 'Connection reset by peer'), not the job's
+        failure, and stay in the rank logs only."""
         return not Stopping.outside and (self.shown is None or in_spans(rank, self.shown))
 
     def rank_log_path(self, rank: int) -> str:
