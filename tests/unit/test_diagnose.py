@@ -108,6 +108,8 @@ EXPECTED: dict[str, list[tuple[str, int | None, str | None]]] = {
     "address_family.log": [("address-family-mismatch", None, None)],
     "torchrun_segfault.log": [("segfault", 1, "a100-node-4")],
     "dataloader_shm_bus_error.log": [("shm-too-small", 0, "3f9c2b1e7d44")],
+    # real: meshrun simulate of a DataLoader whose collate_fn is a lambda, spawn workers
+    "dataloader_spawn_lambda.log": [("unpicklable-under-spawn", 0, "vm")],
     # DeepSpeed's op builder as its source raises it (deepspeed/ops/op_builder/builder.py)
     "deepspeed_no_cuda_compiler.log": [("deepspeed-no-cuda-compiler", 0, None)],
     # deepspeed.comm's own lines (comm.py init_distributed, mpi_discovery) under plain python

@@ -504,30 +504,36 @@ def test_a_restart_torch_does_not_count_gets_files_of_its_own(tmp_path):
 def test_after_a_signal_from_outside_the_workers_lines_stay_in_the_rank_logs(tmp_path):
     """SIGTERM to `meshrun run`: torch's agent logs its "death signal" line, then stops the
     workers; a rank whose peer went first raises Gloo's 'Connection reset by peer'. That
-    traceback is the stopping, not the job's failure: the console stays quiet (the rank log
-    keeps it). Before the signal, worker lines reach the console as ever."""
+    traceback is the stopping, not the job's failure: after one line saying where the rest
+    goes, the console stays quiet (the rank log keeps it). What the workers wrote before the
+    signal is handed on first (their redirect files are read to the end), then shown."""
     import logging
 
     from meshrun.runtime.agent_output import _SaidByMeshrun
-    from meshrun.runtime.failures import Stopping
 
     router, tee, console = _router(tmp_path)
+    saved = sys.stdout, sys.stderr
+    sys.stdout = sys.stderr = tee   # the workers' lines and meshrun's go through it, as in a run
+    raw = tmp_path / "rank1.stdout"
+    raw.write_text("step 3\n")   # written before the signal, not read yet
     try:
-        tee.write("[rank1]: step 3\n")
+        router.tail(str(raw), 1, "stdout")
         record = logging.LogRecord("torch.distributed.elastic.agent.server.api", logging.WARNING,
                                    __file__, 1, "Received %s death signal, shutting down workers",
                                    ("Signals.SIGTERM",), None)
-        assert _SaidByMeshrun().filter(record) is False      # meshrun says it itself
+        assert _SaidByMeshrun(router).filter(record) is False      # meshrun says it itself
         tee.write("[rank1]: Traceback (most recent call last):\n")
         tee.write("[rank1]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] "
                   "Read error [127.0.0.1]:45678: Connection reset by peer\n")
         tee.write("meshrun: node 0 stopped by SIGTERM; its workers were stopped\n")
     finally:
+        sys.stdout, sys.stderr = saved
+        router.drain_workers()
         tee.finish()
         router.close()
-        Stopping.reset()
     shown = console.getvalue()
     assert "[rank1]: step 3" in shown and "stopped by SIGTERM" in shown
+    assert shown.index("[rank1]: step 3") < shown.index("workers are being stopped")
     assert "Traceback" not in shown and "Connection reset" not in shown
     kept = (tmp_path / "rank1.log").read_text()
-    assert "Traceback" in kept and "Connection reset by peer" in kept
+    assert "step 3" in kept and "Traceback" in kept and "Connection reset by peer" in kept

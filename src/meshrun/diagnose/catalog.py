@@ -56,6 +56,9 @@ _NCCL_DEBUG = "rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET and read th
 _PEERS_FIRST = ("this rank is a victim: look for the first failure on the other ranks "
                 "(meshrun diagnose over every node's and rank's log)")
 
+#: torch.distributed's names every build with it has: missing, the build has none
+_DIST_BASICS = (r"(?:init_process_group|is_initialized|get_rank|get_world_size|barrier|"
+                r"all_reduce|broadcast|new_group|ReduceOp)'")
 _LONG_WORK_FIX = (
     "raise the process group's timeout (init_process_group(timeout=timedelta(hours=2)), "
     "TrainingArguments(ddp_timeout=7200), accelerate's InitProcessGroupKwargs(timeout=...), "
@@ -63,21 +66,30 @@ _LONG_WORK_FIX = (
     "dataset once, then load it from disk in every rank)")
 
 
-_REGISTER_FIX = ("register it inside the function each worker runs (main(), called by launch "
-                 "or mp.spawn), or at import time of a module every worker imports")
+def host_launcher_context(match: re.Match, text: str) -> bool:
+    """ssh's failed lookup is a launcher's (not git's): host:slots with MPI's words in the logs,
+    a plain name with a launcher's."""
+    if match.group("slots"):
+        return bool(re.search(r"mpirun|horovodrun|orted|ORTE|Open MPI", text))
+    return bool(re.search(r"pdsh|hostfile|mpirun|horovodrun|deepspeed|runner\.py|ORTE|srun",
+                          text, re.I)) and "Could not read from remote repository" not in text
 
 
-def registration_cause(hit) -> str:
-    name = hit.group("name")
-    if re.search(r"terminated with the following error|spawn\.py", hit.text):
-        return (f"'{name}' is not registered in this worker: the script registered it "
-                "(DatasetCatalog.register, a registry decorator) in the process that started "
-                "the job, outside the function every worker runs, and workers started with "
-                "spawn (detectron2's launch, mp.spawn) import the script without running that "
-                "code")
-    return (f"'{name}' is not registered in this process: a misspelt name, or registered in "
-            "code this process did not run (with several processes, only code inside the "
-            "function every worker runs)")
+_LIGHTNING_ARGS = {"gpus": "accelerator='gpu', devices=N", "tpu_cores": "accelerator='tpu', "
+                   "devices=N", "ipus": "accelerator='ipu', devices=N", "auto_select_gpus":
+                   "devices='auto' (or a list of free GPUs)", "resume_from_checkpoint":
+                   "trainer.fit(model, ckpt_path=PATH)"}
+
+
+def lightning_arg_cause(hit) -> str:
+    return (f"Lightning 2.0 removed the Trainer's {hit.group('arg')}= argument, and this "
+            "script (or a package) was written for Lightning 1.x")
+
+
+def lightning_arg_fix(hit) -> str:
+    return (f"use {_LIGHTNING_ARGS[hit.group('arg')]} instead of {hit.group('arg')}=, or "
+            "install the Lightning the script was written for (pytorch-lightning<2.0 for "
+            "`import pytorch_lightning`, lightning<2.0 for `import lightning`)")
 
 
 def launcher_cause(hit) -> str:
@@ -253,9 +265,10 @@ CATALOG: tuple[Signature, ...] = (
          confirm=r"torch_extensions|cpp_extension|[Nn]inja|JIT|jit"),
     sig("cuda-p2p-peer-limit", "more than 8 P2P peers for one GPU",
          [r"peer mapping resources exhausted"],
-         "one GPU was asked to map the memory of more than 8 others: CUDA allows each device at "
-         "most 8 peer mappings, and this job puts more than 9 GPUs in one peer-to-peer group "
-         "(more than 9 processes or GPUs on one node, all with P2P)",
+         "one GPU was asked to map the memory of more than 8 others: on a machine without "
+         "NVSwitch CUDA allows each device at most 8 peer mappings, and this job puts more than "
+         "9 GPUs in one peer-to-peer group (more than 9 processes or GPUs on one node, all "
+         "with P2P)",
          "keep to 8 peers per GPU: at most 9 ranks per P2P group on a node (accelerate's "
          "num_processes and gpu_ids, --nproc-per-node), or NCCL_P2P_LEVEL / NCCL_P2P_DISABLE=1 "
          "so NCCL maps fewer peers",
@@ -473,16 +486,6 @@ CATALOG: tuple[Signature, ...] = (
          "tensor parallelism with data parallelism use FSDP2's fully_shard over a 2-D mesh "
          "instead of DDP",
          SETUP, "DDP's `found no DeviceMesh from dtensor args for c10d.broadcast_`"),
-    sig("library-too-old-for-torch", "a script made for another torch",
-         [r"module '(?P<mod>torch(?:\.\w+)*)' has no attribute '(?P<name>\w+)'"],
-         lambda h: (f"the script (or a package) uses {h.group('mod')}.{h.group('name')}, which "
-                    "this torch does not have: it was written for a newer torch (the name came "
-                    "later) or an older one (it was removed since)"),
-         "install the torch the script was written for (its README or requirements name it), "
-         "or upgrade the package whose frame is above the error",
-         SETUP, "`AttributeError: module 'torch.X' has no attribute 'Y'` (not torch._C's "
-         "`_cuda_*`: a CPU-only torch)",
-         exclude=r"module 'torch\._C' has no attribute '_cuda"),
     sig("library-too-old-for-torch", "a package made for another torch",
          [r"No module named '(?P<mod>torch\._six|torch\._?[\w.]+)'"],
          lambda h: (f"a package imports {h.group('mod')}, which this torch does not have: the "
@@ -506,6 +509,17 @@ CATALOG: tuple[Signature, ...] = (
          "unknown location or outside site-packages: a stray torch folder or file)",
          exclude=r"from 'torch[\w.]*' \((?![^)]*(?:site|dist)-packages[/\\]torch)",
          suppresses=("python-module-missing",)),
+    sig("library-too-old-for-torch", "a script made for another torch",
+         [r"module '(?P<mod>torch(?:\.\w+)*)' has no attribute '(?P<name>\w+)'"],
+         lambda h: (f"the script (or a package) uses {h.group('mod')}.{h.group('name')}, which "
+                    "this torch does not have: it was written for a newer torch (the name came "
+                    "later) or an older one (it was removed since)"),
+         "install the torch the script was written for (its README or requirements name it), "
+         "or upgrade the package whose frame is above the error",
+         SETUP, "`AttributeError: module 'torch.X' has no attribute 'Y'` (not torch._C's "
+         "`_cuda_*`: a CPU-only torch)",
+         exclude=(r"module 'torch\._C' has no attribute '_cuda|partially initialized|module "
+                  r"'torch\.distributed' has no attribute '" + _DIST_BASICS)),
     sig("library-too-old-for-torch", "a package made for another torch",
          [r"PyTorch (?P<built>\S+) with CUDA \d+ \(you have (?P<have>[^)]+)\)"],
          lambda h: (f"xFormers was built for PyTorch {h.group('built')}, and this is torch "
@@ -553,14 +567,15 @@ CATALOG: tuple[Signature, ...] = (
          [(r"You are using ZeRO-Offload with a client provided optimizer \(<class "
            r"'(?P<opt>[\w.]+)'>\)")],
          lambda h: (f"DeepSpeed's ZeRO-Offload check refused its own CPU optimizer "
-                    f"({h.group('opt')}): a bug of this DeepSpeed's check (it accepted only "
-                    "DeepSpeedCPUAdam), fixed in later releases"
-                    if h.group("opt").startswith("deepspeed.") else
+                    f"({h.group('opt')}): this DeepSpeed's check accepts only DeepSpeedCPUAdam "
+                    "(DeepSpeedCPULion was added to it in a later release)"
+                    if "DeepSpeedCPU" in h.group("opt") else
                     "ZeRO-Offload (offload_optimizer to the CPU) runs the optimizer step on the "
                     f"CPU, and DeepSpeed (0.8.3 on) refuses an optimizer the script built itself "
                     f"({h.group('opt')}) unless the config allows it"),
-         lambda h: ("upgrade DeepSpeed, or set \"zero_force_ds_cpu_optimizer\": false in the "
-                    "config" if h.group("opt").startswith("deepspeed.") else
+         lambda h: ("upgrade DeepSpeed (for DeepSpeedCPULion), or set "
+                    "\"zero_force_ds_cpu_optimizer\": false in the config"
+                    if "DeepSpeedCPU" in h.group("opt") else
                     "let DeepSpeed build the optimizer (an \"optimizer\" section in the config) "
                     "or pass deepspeed.ops.adam.DeepSpeedCPUAdam; or set "
                     "\"zero_force_ds_cpu_optimizer\": false to keep this one (slow on the CPU)"),
@@ -654,8 +669,8 @@ CATALOG: tuple[Signature, ...] = (
          [r"ncclMaxSharedMem (?P<need>\d+) exceeds device/fn maxSharedMem (?P<has>\d+)"],
          lambda h: ("the NCCL in use predates this GPU's architecture: its kernels ask for "
                     f"{h.group('need')} bytes of shared memory, more than this GPU gives them "
-                    f"({h.group('has')}), so its collectives cannot run (NCCL 2.25 on "
-                    "Blackwell RTX 50xx cards: 2.26 supports them)" + "".join(
+                    f"({h.group('has')}), so its collectives cannot run (e.g. NCCL 2.25 on "
+                    "Blackwell RTX 50xx cards, which 2.26 supports)" + "".join(
                         f"; this is NCCL {m.group(1)}" for m in [re.search(
                             r"NCCL version (\S+)", h.text)] if m)),
          "use a newer NCCL: a torch wheel or container that bundles one made for this GPU, or "
@@ -783,8 +798,11 @@ CATALOG: tuple[Signature, ...] = (
                     "or their IP addresses; for pods, a headless Service gives each one a DNS "
                     "name; or start one meshrun run on each node instead, which needs no "
                     "hostfile"),
-         SETUP, "ssh's `Could not resolve hostname H: Name or service not known` (and `H:N`: "
-         "host:slots given to an Open MPI that does not read it)",
+         SETUP, "ssh's `Could not resolve hostname H: Name or service not known` from a "
+         "launcher (a hostfile, pdsh, mpirun, DeepSpeed's runner in the logs; not git's ssh), and "
+         "`H:N` with mpirun's or horovodrun's words (host:slots given to an Open MPI that does not "
+         "read it)",
+         confirm=host_launcher_context,
          suppresses=("ssh-unreachable", "hostname-lookup-failed")),
     sig("hostname-lookup-failed", "`hostname -I` unsupported",
          [r"Command '\['hostname -I'\]' returned non-zero exit status",
@@ -968,14 +986,18 @@ CATALOG: tuple[Signature, ...] = (
          "rank)", exclude=r"ignoring the error", also=("duplicate-node-rank",)),
     sig("port-privileged", "a port below 1024",
          [(r"Permission denied: The server socket has failed to bind to \[?[\w:.]*\]?:"
-           r"(?P<port>\d{1,3}|10[01]\d|102[0-3])\b")],
+           r"(?P<port>\d{1,3}|10[01]\d|102[0-3])\b"),
+          (r"failed to bind to \[?[\w:.]*\]?:(?P<port>\d{1,3}|10[01]\d|102[0-3]) \(errno: 13 "
+           r"- Permission denied\)"),
+          r"port: (?P<port>\d{1,3}|10[01]\d|102[0-3]), .*code: -13, name: EACCES"],
          lambda h: (f"the master port {h.group('port')} is below 1024, where only root may "
                     "listen: a script that picks a random port ($RANDOM gives 0-32767) can "
                     "land there"),
          meshrun_fix("use a port from 1024 to 65535 (29500 is the usual one), or let meshrun "
                       "pick a free one"),
-         SETUP, "c10d's `Permission denied: The server socket has failed to bind to [::]:N` "
-         "with N below 1024"),
+         SETUP, "c10d's `Permission denied: The server socket has failed to bind to [::]:N`, "
+         "`failed to bind to H:N (errno: 13 - Permission denied)`, libuv's `port: N, ... code: "
+         "-13, name: EACCES`, with N below 1024"),
     sig("master-dns-failure", "master address does not resolve",
          [r"meshrun: error: the master address (?P<target>\S+) does not resolve",
           (r"network addresses of \((?P<target>[^,()]+), (?P<port>\d+)\) cannot be retrieved "
@@ -1266,23 +1288,15 @@ CATALOG: tuple[Signature, ...] = (
          "batch.to(device)) with device = cuda:LOCAL_RANK (meshrun.init_distributed().device)",
          FAULT, "`Expected all tensors to be on the same device`"),
     sig("torch-no-distributed", "torch built without torch.distributed",
-         [r"PyTorch built without distributed support"],
+         [r"PyTorch built without distributed support",
+          r"module 'torch\.distributed' has no attribute '" + _DIST_BASICS],
          "this torch was built without torch.distributed (an old source build, or a build with "
          "USE_DISTRIBUTED=0), so no process group can be created",
          "install a torch wheel from pytorch.org (every Linux wheel has torch.distributed), or "
          "rebuild with USE_DISTRIBUTED=1; torch.distributed.is_available() must say True",
-         SETUP, "`RuntimeError: PyTorch built without distributed support`"),
-    sig("registration-not-in-worker", "a name registered only where the job started",
-         [r"Dataset '(?P<name>[^']+)' is not registered"],
-         registration_cause, _REGISTER_FIX,
-         FAULT, "detectron2's `Dataset 'X' is not registered`"),
-    # its catalog's bare KeyError, the `_REGISTERED[name]` frame just above it
-    sig("registration-not-in-worker", "a name registered only where the job started",
-         [r"^KeyError: '(?P<name>[^']+)'$"],
-         registration_cause, _REGISTER_FIX,
-         FAULT, "`KeyError: 'X'` raised at a registry's `_REGISTERED[name]` (detectron2's "
-         "catalog)",
-         near=r"_REGISTERED\[name\]"),
+         SETUP, "`RuntimeError: PyTorch built without distributed support`, `module "
+         "'torch.distributed' has no attribute 'init_process_group'` (or another of its basic "
+         "names: older Windows and macOS wheels)"),
     sig("start-method-already-set", "multiprocessing's start method set twice",
          [r"RuntimeError: context has already been set"],
          "the script called multiprocessing's set_start_method(...) when a start method was "
@@ -1296,38 +1310,50 @@ CATALOG: tuple[Signature, ...] = (
          [r"Can't pickle local object '(?P<what>[^']+)'",
           r"Can't pickle <(?:function )?(?P<what><lambda>)",
           r"Can't get attribute '(?P<what>\w+)' on <module '__main__'"],
-         lambda h: (f"{h.group('what')} has to reach a process started with spawn (DataLoader "
-                    "workers or Lightning's ddp_spawn / mp.spawn processes, the default on "
-                    "Windows and macOS) by pickling, and pickle carries only what can be "
-                    "imported by name: not a function or class defined inside another "
-                    "function, nor a lambda, nor a class defined only in an interactive "
-                    "__main__"),
+         lambda h: (f"{h.group('what')} has to reach another process by pickling (a process "
+                    "started with spawn: DataLoader workers, Lightning's ddp_spawn, mp.spawn, "
+                    "the default on Windows and macOS; or a multiprocessing pool's task), and "
+                    "pickle carries only what can be imported by name: not a function or class "
+                    "defined inside another function, nor a lambda, nor a class defined only "
+                    "in an interactive __main__"),
          "define it at module level in a file the workers import (not inside a function, "
          "__init__ or a notebook cell); or start the ranks with a launcher (meshrun run, "
          "torchrun, Lightning's strategy='ddp') instead of spawning them from the script",
          FAULT, "`Can't pickle local object 'X'`, `Can't pickle <function <lambda>`, `Can't get "
-         "attribute 'X' on <module '__main__'`"),
+         "attribute 'X' on <module '__main__'`, with multiprocessing's frames just above (not "
+         "torch.save or torch.load of a whole model)",
+         near=r"multiprocessing[/\\]|popen_spawn|spawn\.py|ForkingPickler|ddp_spawn|"
+              r"_MultiProcessingDataLoaderIter"),
     sig("lightning-removed-argument", "a Trainer argument Lightning 2 removed",
          [r"__init__\(\) got an unexpected keyword argument '(?P<arg>gpus|tpu_cores|ipus|"
-          r"auto_select_gpus|resume_from_checkpoint)'"],
-         lambda h: (f"Lightning 2.0 removed the Trainer's {h.group('arg')}= argument, and this "
-                    "script (or a package) was written for Lightning 1.x"),
-         "pass accelerator='gpu', devices=N instead of gpus=N (ckpt_path= to fit() instead of "
-         "resume_from_checkpoint), or install lightning<2.0 for the script as written",
-         SETUP, "`__init__() got an unexpected keyword argument 'gpus'` (and Lightning 1.x's "
-         "other removed Trainer arguments)"),
+          r"auto_select_gpus)'"],
+         lightning_arg_cause, lightning_arg_fix,
+         SETUP, "`__init__() got an unexpected keyword argument 'gpus'` (also `tpu_cores`, "
+         "`ipus`, `auto_select_gpus`: Trainer arguments only Lightning 1.x took)"),
+    sig("lightning-removed-argument", "a Trainer argument Lightning 2 removed",
+         [r"__init__\(\) got an unexpected keyword argument '(?P<arg>resume_from_checkpoint)'"],
+         lightning_arg_cause, lightning_arg_fix,
+         SETUP, "`__init__() got an unexpected keyword argument 'resume_from_checkpoint'` with "
+         "Lightning in the logs (HF's Trainer never took it)",
+         confirm=r"(?i)lightning"),
     sig("slurm-submit-rejected", "SLURM refused the job",
-         [r"sbatch: error: (?P<why>Batch job submission failed: .+|Failed to validate job spec\..*"
-          r"|Parameter --\S+ no longer acceptable.*|Invalid generic resource \(gres\) "
-          r"specification.*)"],
+         [(r"sbatch: error: (?P<why>Batch job submission failed: (?:Requested node configuration "
+           r"is not available|Requested partition configuration not available now|Invalid "
+           r"generic resource \(gres\) specification|Requested time limit is invalid|Memory "
+           r"required by task is not available|Invalid feature specification|Node count "
+           r"specification invalid|More processors requested than permitted|Requested node "
+           r"configuration).*|Failed to validate job spec\..*|Parameter --\S+ no longer "
+           r"acceptable.*|Invalid generic resource \(gres\) specification.*)")],
          lambda h: ("SLURM refused the job at submission, before anything ran: the batch "
                     "script's resource request does not fit this cluster's SLURM (its version "
                     "or its configuration): " + h.group("why").strip()),
          "change the request sbatch names: the flags in the script's #SBATCH lines (or those "
          "a tool generated: meshrun render slurm, submitit, torchx); scontrol show partition "
          "and sinfo -o '%P %G %c %m' show what nodes offer",
-         SETUP, "`sbatch: error: Batch job submission failed: ...`, `Failed to validate job "
-         "spec`, `Parameter --gres=... no longer acceptable`, `Invalid generic resource (gres) "
+         SETUP, "`sbatch: error: Batch job submission failed:` with a request SLURM cannot "
+         "meet (node configuration, gres, partition, time, memory, feature, node count, "
+         "processors; not the controller down or a QOS limit), `Failed to validate job spec`, "
+         "`Parameter --gres=... no longer acceptable`, `Invalid generic resource (gres) "
          "specification`"),
     sig("pg-not-initialized", "process group not initialized",
          [r"Default process group (?:has not been|is not) initialized",
@@ -1390,16 +1416,16 @@ CATALOG: tuple[Signature, ...] = (
          FAULT, "NCCL's `Call to ibv_reg_dmabuf_mr failed with error Operation not supported`"),
     sig("ib-memlock-too-low", "locked-memory limit too low for InfiniBand",
          [(r"Call to ibv_reg_mr(?:_iova2)? failed(?: with error)? ?:? ?Cannot allocate "
-           r"memory"),
-          r"NET/IB ?: Unable to register memory"],
+           r"memory")],
          "InfiniBand/RoCE transfers register (pin) their buffers, and this process's "
          "locked-memory limit (ulimit -l) is too low for NCCL's: the limit of the shell, the "
          "container or the SLURM step is a few MB, where it must be unlimited",
          "raise the limit: ulimit -l unlimited in the job (memlock unlimited in "
-         "/etc/security/limits.conf, --ulimit memlock=-1 for Docker, PropagateResourceLimits or "
-         "slurmd's LimitMEMLOCK=infinity for SLURM); check with ulimit -l inside the job",
+         "/etc/security/limits.conf, --ulimit memlock=-1 for Docker; for SLURM, "
+         "PropagateResourceLimitsExcept=MEMLOCK in slurm.conf and LimitMEMLOCK=infinity in "
+         "slurmd's systemd unit); check with ulimit -l inside the job",
          SETUP, "NCCL's `Call to ibv_reg_mr failed with error Cannot allocate memory` (also "
-         "`ibv_reg_mr_iova2`), `NET/IB : Unable to register memory`",
+         "`ibv_reg_mr_iova2`)",
          suppresses=("nccl-system-error", "nccl-internal-error", "nccl-unhandled-cuda-error")),
     sig("ib-hca-unusable", "NCCL picked an InfiniBand/RoCE device it cannot use",
          [r"Call to ibv_modify_qp failed with error No such device"],
@@ -1407,7 +1433,8 @@ CATALOG: tuple[Signature, ...] = (
          "(ibv_modify_qp: No such device): a port that is down, not cabled, or a RoCE device "
          "without an address on the network the nodes share",
          "exclude that device (NCCL_IB_HCA=^mlx5_N, or name the good ones: NCCL_IB_HCA=mlx5_0,"
-         "mlx5_1); ibv_devinfo and ibstat show each port's state",
+         "mlx5_1); ibv_devinfo and ibstat show each port's state; on RoCE, NCCL_IB_GID_INDEX "
+         "picks the GID the network routes (show_gids lists them)",
          SETUP, "NCCL's `Call to ibv_modify_qp failed with error No such device`",
          suppresses=("nccl-system-error", "nccl-internal-error", "nccl-remote-error")),
     sig("ib-transport-error", "InfiniBand transport error",
@@ -1508,25 +1535,18 @@ CATALOG: tuple[Signature, ...] = (
          _PEERS_FIRST,
          EFFECT, "Gloo's `Connection closed by peer`, `Read error ... Connection reset by peer`"),
     sig("pg-timeout-too-short", "the first barrier timed out: long work on one rank",
-         [(r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(?P<seq>[1-9]|10), "
+         [(r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(?P<seq>[2-9]|10), "
            r"OpType=(?P<op>ALLREDUCE|BARRIER), NumelIn=1, NumelOut=1, Timeout\(ms\)="
            r"(?P<timeout>\d+)\) ran for \d+ milliseconds"),
-          (r"Work WorkNCCL\(SeqNum=(?P<seq>[1-9]|10), OpType=(?P<op>ALLREDUCE|BARRIER), "
+          (r"Work WorkNCCL\(SeqNum=(?P<seq>[2-9]|10), OpType=(?P<op>ALLREDUCE|BARRIER), "
            r"NumelIn=1, NumelOut=1, Timeout\(ms\)=(?P<timeout>\d+)\) timed out in blocking wait")],
          early_barrier_cause,
          _LONG_WORK_FIX,
-         LOST, "a timeout of one of the job's first ten collectives when it is a one-element "
-         "all-reduce (a barrier): `Watchdog caught collective operation timeout: "
-         "WorkNCCL(SeqNum=3, OpType=ALLREDUCE, NumelIn=1, ...)`",
+         LOST, "a timeout of one of the job's second to tenth collectives when it is a "
+         "one-element all-reduce (a barrier): `Watchdog caught collective operation timeout: "
+         "WorkNCCL(SeqNum=3, OpType=ALLREDUCE, NumelIn=1, ...)` (not the first: NCCL sets its "
+         "connections up there, and a network hang times out there too)",
          suppresses=("nccl-watchdog-timeout",)),
-    # the waiting ranks' traceback: an error from main_process_first's __enter__ is its
-    # barrier's (the body's own errors show the body's line, not the `with` line)
-    sig("pg-timeout-too-short", "main_process_first's barrier failed: long work on one rank",
-         [r'contextlib\.py", line \d+, in __enter__'],
-         early_barrier_cause, _LONG_WORK_FIX,
-         LOST, "a traceback through `with ...main_process_first(...)` into contextlib's "
-         "`__enter__`",
-         near=r"main_process_first\(", suppresses=("nccl-watchdog-timeout",)),
     sig("nccl-watchdog-timeout", "NCCL collective timed out",
          [(r"(?:\[Rank (?P<rank>\d+)\] )?Watchdog caught collective operation timeout: "
           r"WorkNCCL\((?:SeqNum=(?P<seq>\d+), )?OpType=(?P<op>\w+)[^)]*?(?:Timeout\(ms\)=(?P<timeout>"

@@ -192,17 +192,17 @@ def watchdog_cause(hit: Hit) -> str:
 
 
 def early_barrier_cause(hit: Hit) -> str:
-    """The ranks that waited a whole timeout at the job's first barrier (a one-element
-    all-reduce among its first collectives, or main_process_first's entry)."""
+    """The ranks that waited a whole timeout at one of the job's first barriers (a
+    one-element all-reduce among its first collectives, after the first)."""
     timeout = hit.group("timeout")
     waited = f" {int(timeout) // 1000} s" if timeout and timeout.isdigit() else ""
-    where = (f"the job's first barrier ({hit.group('op')} #{hit.group('seq')}, one element)"
-             if hit.group("seq") else "main_process_first's barrier")
-    return (f"this rank waited{waited} in {where} while another rank was still doing long "
-            "work alone before it (dataset preparation or tokenization on the main process, a "
-            "download, an evaluation or a checkpoint save on rank 0): nothing crashed there, "
-            "the process group's timeout is shorter than that work; if no rank does such work, "
-            "one failed or hung before the barrier (its own log says which)")
+    return (f"this rank waited{waited} in one of the job's first barriers ({hit.group('op')} "
+            f"#{hit.group('seq')}, one element) while another rank was still doing long work "
+            "alone before it (dataset preparation or tokenization on the main process, a "
+            "download, an evaluation or a checkpoint save on rank 0): the process group's "
+            "timeout is shorter than that work; if every rank timed out there, the one doing "
+            "the work included, or none does such work, it is a hang instead (a rank that "
+            "failed or hung before the barrier: its own log says which)")
 
 
 def hang_expand(hit: Hit) -> list[tuple[int | None, str | None]]:

@@ -28,12 +28,15 @@ class _SaidByMeshrun:
     _DROP = ("failed (exitcode: ", "Sending process ", "Received %s death signal",
              "Got termination signal")
 
+    def __init__(self, router: LogRouter | None = None) -> None:
+        self.router = router
+
     def filter(self, record: Any) -> bool:
         msg = str(record.msg)
         if msg.startswith("Sending process "):
             failures.Stopping.saw()   # a record written after this is a stopped rank's
-        elif msg.startswith(("Received %s death signal", "Got termination signal")):
-            failures.Stopping.signalled()   # logged before torch stops the workers
+        elif msg.startswith("Received %s death signal") and self.router is not None:
+            self.router.quiet_workers()   # logged before torch stops the workers
         if msg.startswith("failed (exitcode: ") and isinstance(record.args, tuple) \
                 and len(record.args) >= 2:
             last_failure[:] = [record.args[0], record.args[1]]   # exit code, local rank
@@ -43,14 +46,19 @@ class _SaidByMeshrun:
 last_failure: list[Any] = []   # [exit code, local rank] of the agent's latest failed worker
 
 
-def quiet_agent_lines() -> None:
+def quiet_agent_lines(router: LogRouter | None = None) -> None:
+    """torch's agent lines that meshrun says itself, dropped (once per logger); ``router``:
+    the node's, told when torch's agent is stopped by a signal (:meth:`LogRouter.quiet_workers`)."""
     import logging
 
     for name in ("torch.distributed.elastic.multiprocessing.api",
                  "torch.distributed.elastic.agent.server.api"):
         logger = logging.getLogger(name)
-        if not any(isinstance(f, _SaidByMeshrun) for f in logger.filters):
-            logger.addFilter(_SaidByMeshrun())
+        mine = [f for f in logger.filters if isinstance(f, _SaidByMeshrun)]
+        for said in mine:
+            said.router = router
+        if not mine:
+            logger.addFilter(_SaidByMeshrun(router))
 
 
 def restart_line(node_rank: int, envs: dict[int, dict[str, str]]) -> str | None:

@@ -54,15 +54,7 @@ class Stopping:
     own): a record written after it is a stopped rank's, not a failure's."""
 
     since: float | None = None
-    #: the node was stopped by a signal (torch's agent logged its "death signal"): from
-    #: outside, or meshrun's watchdog's own SIGTERM when another node ended the job; the
-    #: workers' output from then on is their stopping, not the job's story
-    outside: bool = False
     _BURST_S = 5.0   # the lines of one stop come within this (a new burst: a later attempt)
-
-    @classmethod
-    def signalled(cls) -> None:
-        cls.outside = True
 
     @classmethod
     def saw(cls) -> None:
@@ -73,7 +65,6 @@ class Stopping:
     @classmethod
     def reset(cls) -> None:
         cls.since = None
-        cls.outside = False
 
 
 def ordered(failures: Mapping[int, Any], folder: str, *, since: float,

@@ -190,7 +190,7 @@ def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
 
     rounds = Rounds(members)
     register_backend(job, plan, rounds)
-    quiet_agent_lines()
+    quiet_agent_lines(router)
     dog = start_watchdog(job, plan, supervision, hosts, max_restarts, rounds)
     target = (["-m", plan.command.target] if plan.command.module
               else ["--", plan.command.target])

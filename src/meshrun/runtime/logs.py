@@ -18,6 +18,10 @@ and ``meshrun report RUN-DIR`` reads the newest run, ``RUN-DIR/earlier/<n>`` an 
 one. Each node touches only its own files, so a log folder on a shared filesystem is
 safe. The script's own files stay: ``metrics.jsonl`` and ``tensorboard/`` (a run resumed
 under its run id appends to its history).
+
+This module is longer than the others because the console and the logs are one stream: the
+router, its stand-in for sys.std*, and the reader of the workers' files share its lock and
+must agree on every line's order (splitting them would make that agreement cross modules).
 """
 
 from __future__ import annotations
@@ -33,7 +37,6 @@ from typing import Any, TextIO
 from ..redact import redact_text
 from ..topology.base import in_spans
 from . import status, timeline
-from .failures import Stopping
 
 _RANK_LINE = re.compile(r"^\[rank(\d+)\]: ?(.*)$", re.S)
 # torch prefixes a worker's own traceback lines with "[rankN]:" too; say it once.
@@ -313,6 +316,7 @@ class LogRouter:
         self._events: TextIO | None | bool = None  # opened at the first event; False: failed
         self._last_own: tuple[float, str, bool] | None = None  # (time, line, an event)
         self._sticky: tuple[TextIO, str] | None = None  # the status line a terminal shows
+        self._quiet = False   # the workers are being stopped: their lines to the logs only
 
     def show(self, console: TextIO, text: str, is_status: bool = False) -> None:
         """``text`` on the console. On a terminal node 0's status line stays the last line,
@@ -336,12 +340,25 @@ class LogRouter:
             sticky[0].flush()
 
     def shows(self, rank: int) -> bool:
-        """Rank ``rank``'s output goes to the console (``--show-ranks``), until the node is
-        stopped by a signal (from outside, or the watchdog's own when another node ended the
-        job: its cause is meshrun's line): the workers' lines after it are their stopping (a
-        rank whose peer was stopped first raises 'Connection reset by peer'), not the job's
-        failure, and stay in the rank logs only."""
-        return not Stopping.outside and (self.shown is None or in_spans(rank, self.shown))
+        """Rank ``rank``'s output goes to the console (``--show-ranks``), until torch's agent
+        is stopped by a signal (:meth:`quiet_workers`)."""
+        return not self._quiet and (self.shown is None or in_spans(rank, self.shown))
+
+    def quiet_workers(self) -> None:
+        """torch's agent was stopped by a signal (from outside: SIGTERM, Ctrl-C; or meshrun's
+        watchdog's own, when the job ends or a node is lost) and is about to stop the workers:
+        what they wrote until now goes on first, then one line says where the rest goes, and
+        from then on their lines (a rank whose peer was stopped first raises 'Connection reset
+        by peer') go to the rank logs only. Never raises: it runs inside torch's logging."""
+        try:
+            if self._tail is not None:
+                self._tail.drain()
+            print(f"meshrun: node {self.node_rank}'s workers are being stopped; what they print "
+                  f"from now on is in the rank logs only ({self.run_dir})",
+                  file=sys.stderr, flush=True)
+        except Exception:  # noqa: BLE001, S110 - the stop matters more than its last lines
+            pass
+        self._quiet = True
 
     def rank_log_path(self, rank: int) -> str:
         return os.path.join(self.run_dir, f"rank{rank}.log")
