@@ -27,9 +27,10 @@ from meshrun import diagnose  # noqa: E402
 CASES = cases()
 HELDOUT = heldout()
 # docs/diagnose.md#how-good-is-it, 2026-11-27 (night): development 340 of 402 (the first
-# twelve held-out sets in it), held-out: the thirteenth and fourteenth sets, 16 of 31 after
-# their misses were read (blind, as collected: 3 of 16 with 2 wrong, and 0 of 15)
-RIGHT_AT_LEAST = {"development": 0.84, "held-out": 0.51}
+# twelve held-out sets in it), held-out: the thirteenth to fifteenth sets, 17 of 35 (the
+# thirteenth and fourteenth read after their blind figures, 3 of 16 with 2 wrong and 0 of
+# 15; the fifteenth blind, 1 of 4)
+RIGHT_AT_LEAST = {"development": 0.84, "held-out": 0.48}
 
 
 def test_the_corpus_is_big_enough_and_its_headers_are_sound():
