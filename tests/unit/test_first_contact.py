@@ -526,6 +526,8 @@ def test_after_a_signal_from_outside_the_workers_lines_stay_in_the_rank_logs(tmp
         tee.write("[rank1]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] "
                   "Read error [127.0.0.1]:45678: Connection reset by peer\n")
         tee.write("meshrun: node 0 stopped by SIGTERM; its workers were stopped\n")
+        router.show_workers()      # a new epoch's workers (the launcher's loop): shown again
+        tee.write("[rank1]: resumed at step 4\n")
     finally:
         sys.stdout, sys.stderr = saved
         router.drain_workers()
@@ -535,5 +537,6 @@ def test_after_a_signal_from_outside_the_workers_lines_stay_in_the_rank_logs(tmp
     assert "[rank1]: step 3" in shown and "stopped by SIGTERM" in shown
     assert shown.index("[rank1]: step 3") < shown.index("workers are being stopped")
     assert "Traceback" not in shown and "Connection reset" not in shown
+    assert "[rank1]: resumed at step 4" in shown
     kept = (tmp_path / "rank1.log").read_text()
     assert "step 3" in kept and "Traceback" in kept and "Connection reset by peer" in kept

@@ -222,6 +222,7 @@ def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
             ranks = set_up(members, reason)
             launched = time.time()   # a worker's failure record older than this: not ours
             failures.Stopping.reset()
+            router.show_workers()
             try:
                 with agent_running():  # the watchdog may SIGTERM this process only inside
                     try:

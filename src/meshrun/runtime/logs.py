@@ -349,7 +349,8 @@ class LogRouter:
         watchdog's own, when the job ends or a node is lost) and is about to stop the workers:
         what they wrote until now goes on first, then one line says where the rest goes, and
         from then on their lines (a rank whose peer was stopped first raises 'Connection reset
-        by peer') go to the rank logs only. Never raises: it runs inside torch's logging."""
+        by peer') go to the rank logs only (until :meth:`show_workers`). Never raises: it
+        runs inside torch's logging."""
         try:
             if self._tail is not None:
                 self._tail.drain()
@@ -359,6 +360,10 @@ class LogRouter:
         except Exception:  # noqa: BLE001, S110 - the stop matters more than its last lines
             pass
         self._quiet = True
+
+    def show_workers(self) -> None:
+        """New workers start (a membership epoch's): their lines reach the console again."""
+        self._quiet = False
 
     def rank_log_path(self, rank: int) -> str:
         return os.path.join(self.run_dir, f"rank{rank}.log")
