@@ -794,3 +794,55 @@ def test_the_twelfth_rounds_codes():
     assert first("  File \"/x/torch/utils/cpp_extension.py\", line 873, in "
                  "verify_ninja_availability\nFileNotFoundError: [Errno 2] No such file or "
                  "directory: 'ninja'\n")[0] == "ninja-missing"
+
+
+def test_the_thirteenth_to_fifteenth_rounds_codes_stay_off_ordinary_logs():
+    """Each of this round's codes on its own message, and on the look-alikes a read-through
+    of them found (a network hang at the first collective, torch.load's pickling, DeepSpeed's
+    GPU optimizer, a QOS limit, git's ssh, HF's Trainer): named right, or not named at all."""
+    def first(text: str) -> tuple[str, str]:
+        found = diagnose_text(text, name="x.log")
+        return (found[0].code, found[0].cause) if found else ("-", "")
+
+    def timeout(rank: int, seq: int) -> str:
+        return (f"[Rank {rank}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum="
+                f"{seq}, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for "
+                "1800100 milliseconds before timing out.\n")
+
+    assert first(timeout(1, 3))[0] == "pg-timeout-too-short"
+    assert first(timeout(0, 1) + timeout(1, 1))[0] == "nccl-watchdog-timeout"   # set-up: a hang
+    opt = ("deepspeed.runtime.zero.utils.ZeRORuntimeException: You are using ZeRO-Offload with "
+           "a client provided optimizer (<class '{}'>) which in most cases will yield poor "
+           "performance.\n")
+    assert "later release" in first(opt.format("deepspeed.ops.lion.cpu_lion.DeepSpeedCPULion"))[1]
+    fused = first(opt.format("deepspeed.ops.adam.fused_adam.FusedAdam"))
+    assert fused[0] == "zero-offload-client-optimizer" and "refuses an optimizer" in fused[1]
+    assert first("sbatch: error: Batch job submission failed: Requested node configuration is "
+                 "not available\n")[0] == "slurm-submit-rejected"
+    assert first("sbatch: error: Batch job submission failed: Job violates accounting/QOS "
+                 "policy (job submit limit, user's size and/or time limits)\n")[0] == "-"
+    assert first("Traceback (most recent call last):\n  File \"predict.py\", line 3, in "
+                 "<module>\nAttributeError: Can't get attribute 'Net' on <module '__main__' "
+                 "from 'predict.py'>\n")[0] != "unpicklable-under-spawn"
+    assert first("ssh: Could not resolve hostname github.com: Temporary failure in name "
+                 "resolution\nfatal: Could not read from remote repository.\n")[0] == "-"
+    assert first("Using hostfile at /job/hostfile\nssh: Could not resolve hostname node-0: "
+                 "Name or service not known\n")[0] == "host-unresolvable"
+    assert first("TypeError: __init__() got an unexpected keyword argument "
+                 "'resume_from_checkpoint'\n")[0] == "-"
+    gpus = first("TypeError: Trainer.__init__() got an unexpected keyword argument 'gpus'\n")
+    assert gpus[0] == "lightning-removed-argument" and "Lightning 2.0" in gpus[1]
+    assert first("AttributeError: module 'torch.distributed' has no attribute "
+                 "'init_process_group'\n")[0] == "torch-no-distributed"
+    assert first("AttributeError: partially initialized module 'torch' has no attribute "
+                 "'zeros' (most likely due to a circular import)\n")[0] == "-"
+    assert first("RuntimeError: context has already been set\n")[0] == "start-method-already-set"
+    assert first("RuntimeError: The server socket has failed to listen on any local network "
+                 "address. port: 443, useIpv6: false, code: -13, name: EACCES, message: "
+                 "permission denied\n")[0] == "port-privileged"
+    assert first("RuntimeError: The server socket has failed to listen on any local network "
+                 "address. port: 4430, useIpv6: false, code: -13, name: EACCES, message: "
+                 "permission denied\n")[0] != "port-privileged"
+    too_old = first("NCCL INFO NCCL version 2.25.1+cuda12.8\nNCCL INFO ncclMaxSharedMem 82240 "
+                    "exceeds device/fn maxSharedMem 79856\n")
+    assert too_old[0] == "nccl-too-old-for-gpu" and "this is NCCL 2.25.1+cuda12.8" in too_old[1]

@@ -27,8 +27,11 @@ from .causes import (
     dup_gpu_cause,
     early_barrier_cause,
     hang_expand,
+    host_launcher_context,
     ifname_cause,
     killed_by,
+    lightning_arg_cause,
+    lightning_arg_fix,
     local_rank_cause,
     meshrun_fix,
     mismatch_cause,
@@ -43,6 +46,7 @@ from .causes import (
     oom_cause,
     oom_fix,
     port_cause,
+    said,
     space_cause,
     toolkit_cause,
     unless_warning,
@@ -59,37 +63,7 @@ _PEERS_FIRST = ("this rank is a victim: look for the first failure on the other 
 #: torch.distributed's names every build with it has: missing, the build has none
 _DIST_BASICS = (r"(?:init_process_group|is_initialized|get_rank|get_world_size|barrier|"
                 r"all_reduce|broadcast|new_group|ReduceOp)'")
-_LONG_WORK_FIX = (
-    "raise the process group's timeout (init_process_group(timeout=timedelta(hours=2)), "
-    "TrainingArguments(ddp_timeout=7200), accelerate's InitProcessGroupKwargs(timeout=...), "
-    "meshrun's MESHRUN_PG_TIMEOUT) or do the long work before the job (preprocess and save the "
-    "dataset once, then load it from disk in every rank)")
-
-
-def host_launcher_context(match: re.Match, text: str) -> bool:
-    """ssh's failed lookup is a launcher's (not git's): host:slots with MPI's words in the logs,
-    a plain name with a launcher's."""
-    if match.group("slots"):
-        return bool(re.search(r"mpirun|horovodrun|orted|ORTE|Open MPI", text))
-    return bool(re.search(r"pdsh|hostfile|mpirun|horovodrun|deepspeed|runner\.py|ORTE|srun",
-                          text, re.I)) and "Could not read from remote repository" not in text
-
-
-_LIGHTNING_ARGS = {"gpus": "accelerator='gpu', devices=N", "tpu_cores": "accelerator='tpu', "
-                   "devices=N", "ipus": "accelerator='ipu', devices=N", "auto_select_gpus":
-                   "devices='auto' (or a list of free GPUs)", "resume_from_checkpoint":
-                   "trainer.fit(model, ckpt_path=PATH)"}
-
-
-def lightning_arg_cause(hit) -> str:
-    return (f"Lightning 2.0 removed the Trainer's {hit.group('arg')}= argument, and this "
-            "script (or a package) was written for Lightning 1.x")
-
-
-def lightning_arg_fix(hit) -> str:
-    return (f"use {_LIGHTNING_ARGS[hit.group('arg')]} instead of {hit.group('arg')}=, or "
-            "install the Lightning the script was written for (pytorch-lightning<2.0 for "
-            "`import pytorch_lightning`, lightning<2.0 for `import lightning`)")
+_LOW_PORT = r"(?P<port>\d{1,3}|10[01]\d|102[0-3])"   # 0-1023: only root may listen there
 
 
 def launcher_cause(hit) -> str:
@@ -670,9 +644,8 @@ CATALOG: tuple[Signature, ...] = (
          lambda h: ("the NCCL in use predates this GPU's architecture: its kernels ask for "
                     f"{h.group('need')} bytes of shared memory, more than this GPU gives them "
                     f"({h.group('has')}), so its collectives cannot run (e.g. NCCL 2.25 on "
-                    "Blackwell RTX 50xx cards, which 2.26 supports)" + "".join(
-                        f"; this is NCCL {m.group(1)}" for m in [re.search(
-                            r"NCCL version (\S+)", h.text)] if m)),
+                    "Blackwell RTX 50xx cards, which 2.26 supports)"
+                    + said(h.text, r"NCCL version (\S+)", "; this is NCCL {}")),
          "use a newer NCCL: a torch wheel or container that bundles one made for this GPU, or "
          "pip install -U nvidia-nccl-cu12 (or -cu13) and check that no older system libnccl "
          "shadows it (LD_LIBRARY_PATH)",
@@ -682,9 +655,8 @@ CATALOG: tuple[Signature, ...] = (
          [r"NCCL WARN XML Import Channel : dev \d+ not found"],
          lambda h: ("NCCL_GRAPH_FILE (with NCCL_TOPO_FILE) points at a graph written for "
                     "another machine shape: it names a GPU this machine does not have, so "
-                    "NCCL's graph import fails" + "".join(
-                        f" ({m.group(1)})" for m in [re.search(
-                            r"NCCL_GRAPH_FILE set by environment to (\S+)", h.text)] if m)),
+                    "NCCL's graph import fails"
+                    + said(h.text, r"NCCL_GRAPH_FILE set by environment to (\S+)", " ({})")),
          "unset NCCL_GRAPH_FILE (and NCCL_TOPO_FILE unless it describes this machine): VM "
          "images set them for their largest size (Azure's /opt/microsoft/ncv4 files); "
          "check the image's /etc/nccl.conf and profile",
@@ -985,11 +957,10 @@ CATALOG: tuple[Signature, ...] = (
          "already in use` (torch's own words also name a second node started with node 0's "
          "rank)", exclude=r"ignoring the error", also=("duplicate-node-rank",)),
     sig("port-privileged", "a port below 1024",
-         [(r"Permission denied: The server socket has failed to bind to \[?[\w:.]*\]?:"
-           r"(?P<port>\d{1,3}|10[01]\d|102[0-3])\b"),
-          (r"failed to bind to \[?[\w:.]*\]?:(?P<port>\d{1,3}|10[01]\d|102[0-3]) \(errno: 13 "
-           r"- Permission denied\)"),
-          r"port: (?P<port>\d{1,3}|10[01]\d|102[0-3]), .*code: -13, name: EACCES"],
+         [r"Permission denied: The server socket has failed to bind to \[?[\w:.]*\]?:"
+          + _LOW_PORT + r"\b",
+          r"failed to bind to \[?[\w:.]*\]?:" + _LOW_PORT + r" \(errno: 13 - Permission denied\)",
+          r"port: " + _LOW_PORT + r", .*code: -13, name: EACCES"],
          lambda h: (f"the master port {h.group('port')} is below 1024, where only root may "
                     "listen: a script that picks a random port ($RANDOM gives 0-32767) can "
                     "land there"),
@@ -1541,7 +1512,10 @@ CATALOG: tuple[Signature, ...] = (
           (r"Work WorkNCCL\(SeqNum=(?P<seq>[2-9]|10), OpType=(?P<op>ALLREDUCE|BARRIER), "
            r"NumelIn=1, NumelOut=1, Timeout\(ms\)=(?P<timeout>\d+)\) timed out in blocking wait")],
          early_barrier_cause,
-         _LONG_WORK_FIX,
+         "raise the process group's timeout (init_process_group(timeout=timedelta(hours=2)), "
+         "TrainingArguments(ddp_timeout=7200), accelerate's InitProcessGroupKwargs(timeout="
+         "...), meshrun's MESHRUN_PG_TIMEOUT) or do the long work before the job (preprocess "
+         "and save the dataset once, then load it from disk in every rank)",
          LOST, "a timeout of one of the job's second to tenth collectives when it is a "
          "one-element all-reduce (a barrier): `Watchdog caught collective operation timeout: "
          "WorkNCCL(SeqNum=3, OpType=ALLREDUCE, NumelIn=1, ...)` (not the first: NCCL sets its "

@@ -118,6 +118,13 @@ def oom_fix(hit: Hit) -> str:
     return fix_for_oom(*_job_numbers(hit.job))
 
 
+def said(text: str, pattern: str, template: str) -> str:
+    """``template`` filled with ``pattern``'s first group where ``text`` has it, else "":
+    a detail a cause adds when the log happens to say it (a version, a file)."""
+    found = re.search(pattern, text)
+    return template.format(found.group(1)) if found else ""
+
+
 def nccl_last_error(hit: Hit) -> str:
     """NCCL's 'Last error:' detail, which torch prints on the lines after the error."""
     for i, text in enumerate(hit.following):
@@ -437,3 +444,29 @@ def mismatch_cause(hit: Hit) -> str:
         return shape
     return (path + ", or the same collective got tensors of different shapes or dtypes on "
             "different ranks")
+
+
+def host_launcher_context(match: re.Match, text: str) -> bool:
+    """ssh's failed lookup is a launcher's (not git's): host:slots with MPI's words in the logs,
+    a plain name with a launcher's."""
+    if match.group("slots"):
+        return bool(re.search(r"mpirun|horovodrun|orted|ORTE|Open MPI", text))
+    return bool(re.search(r"pdsh|hostfile|mpirun|horovodrun|deepspeed|runner\.py|ORTE|srun",
+                          text, re.I)) and "Could not read from remote repository" not in text
+
+
+_LIGHTNING_ARGS = {"gpus": "accelerator='gpu', devices=N", "tpu_cores": "accelerator='tpu', "
+                   "devices=N", "ipus": "accelerator='ipu', devices=N", "auto_select_gpus":
+                   "devices='auto' (or a list of free GPUs)", "resume_from_checkpoint":
+                   "trainer.fit(model, ckpt_path=PATH)"}
+
+
+def lightning_arg_cause(hit: Hit) -> str:
+    return (f"Lightning 2.0 removed the Trainer's {hit.group('arg')}= argument, and this "
+            "script (or a package) was written for Lightning 1.x")
+
+
+def lightning_arg_fix(hit: Hit) -> str:
+    return (f"use {_LIGHTNING_ARGS[hit.group('arg')]} instead of {hit.group('arg')}=, or "
+            "install the Lightning the script was written for (pytorch-lightning<2.0 for "
+            "`import pytorch_lightning`, lightning<2.0 for `import lightning`)")

@@ -197,8 +197,10 @@ def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
     status = Goodbye.FAILED
     _raise_on_signals()  # before the watchdog may SIGTERM us: torch's own handler comes later
     reason = ""
-    # an epoch's workers set up (also from the rendezvous: Rounds.entered); their ranks
     def set_up(members: Any, reason: str) -> tuple[int, ...]:
+        """An epoch's workers set up (their variables, the line, the logs' mark); their ranks.
+        Called by the loop below, and by the rendezvous (Rounds.entered) when torch's agent
+        restarts the workers into a newer epoch by itself."""
         os.environ.update(epoch_environment(members, reason))
         ranks = members.ranks_of(plan.node_rank, plan.nproc_per_node)
         if members.epoch:
@@ -218,7 +220,7 @@ def _launch(plan: LaunchPlan, max_restarts: int, preflight: bool,
                     return code
             members = rounds.membership(plan)
             dog.clear_suspicion()  # a failure of the epoch before is no suspicion now
-            rounds.claim(members.epoch)
+            rounds.claim(members.epoch)   # the loop sets every pass up (a new agent's workers)
             ranks = set_up(members, reason)
             launched = time.time()   # a worker's failure record older than this: not ours
             failures.Stopping.reset()
