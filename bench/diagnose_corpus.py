@@ -4,7 +4,10 @@
 
 Two sets: ``issues/``, the development set (the signatures were written reading it), and
 ``heldout/``, collected before the signatures of its classes were written and not read
-while writing them: its figure is the honest one. For every file (its header gives the
+while writing them: its figure is the honest one. A third folder, ``wordings/``, holds
+other wordings of causes the development set already has (older torch, other frameworks,
+Windows, SLURM's own words): signatures were written reading it too, and its line says how
+many of them get their code. For every file (its header gives the
 cause the thread settled on) the first, root-cause diagnosis is compared with that cause:
 right; cause not named (nothing, ``unknown``, or only an error class such as
 ``nccl-system-error``); or wrong (another cause named with confidence: worse than naming
@@ -55,7 +58,7 @@ def load(path: Path) -> Case:
     return Case(path.name, text=text, **fields)
 
 
-DEV, HELDOUT = CORPUS / "issues", CORPUS / "heldout"
+DEV, HELDOUT, WORDINGS = CORPUS / "issues", CORPUS / "heldout", CORPUS / "wordings"
 
 
 def cases(folder: Path = DEV) -> list[Case]:
@@ -86,6 +89,12 @@ def verdict(case: Case) -> tuple[str, str]:
         return "unnamed", first.code
     also = {c for s in CATALOG if s.code == first.code for c in s.also}
     return ("right" if case.cause in {first.code, *also} else "wrong"), first.code
+
+
+def first_code(case: Case) -> str:
+    """The code ``meshrun diagnose`` puts first for ``case`` ("-": none): the wordings set
+    asks only that (a wording of an error class, such as a segfault, names its class)."""
+    return verdict(case)[1]
 
 
 def tally(rows: list[dict]) -> dict[str, int]:
@@ -146,6 +155,12 @@ def main() -> None:
         report[name] = {"counts": counts, "classes": by_class(rows), "rows": rows}
         if name == "held-out":
             print(split_line(rows, report["development"]["rows"]))
+    worded = cases(WORDINGS)
+    named = [c for c in worded if first_code(c) == c.cause]
+    print(f"wordings: {len(worded)} real failures in other words than the development set's "
+          f"(other versions, frameworks, systems); named by their code {len(named)}")
+    report["wordings"] = {"total": len(worded), "named": len(named),
+                          "missed": [c.name for c in worded if c not in named]}
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2))
 

@@ -846,3 +846,49 @@ def test_the_thirteenth_to_fifteenth_rounds_codes_stay_off_ordinary_logs():
     too_old = first("NCCL INFO NCCL version 2.25.1+cuda12.8\nNCCL INFO ncclMaxSharedMem 82240 "
                     "exceeds device/fn maxSharedMem 79856\n")
     assert too_old[0] == "nccl-too-old-for-gpu" and "this is NCCL 2.25.1+cuda12.8" in too_old[1]
+
+
+def test_other_wordings_of_known_causes_and_their_look_alikes():
+    """The wordings set's patterns (tests/corpus/wordings/) on the messages that look like
+    them and mean something else: a dtype mismatch between two CUDA tensors, a store's name
+    lookup (not a download's), a segfault reported by torch.multiprocessing."""
+    def first(text: str) -> str:
+        found = diagnose_text(text, name="x.log")
+        return found[0].code if found else "-"
+
+    typed = "RuntimeError: Input type ({}) and weight type ({}) should be the same\n"
+    assert first(typed.format("torch.FloatTensor", "torch.cuda.FloatTensor")) == "device-mismatch"
+    assert first(typed.format("torch.cuda.HalfTensor", "torch.cuda.FloatTensor")) == "-"
+    gai = "socket.gaierror: [Errno -2] Name or service not known\n"
+    download = ('  File "/usr/lib/python3.10/http/client.py", line 941, in connect\n'
+                '  File "/usr/lib/python3.10/socket.py", line 955, in getaddrinfo\n' + gai)
+    assert first(download) == "network-download-failed"
+    store = ('  File "/opt/torch/distributed/rendezvous.py", line 185, in _create_c10d_store\n'
+             '  File "/usr/lib/python3.10/socket.py", line 955, in getaddrinfo\n' + gai)
+    assert first(store) == "master-dns-failure"
+    assert first("torch.multiprocessing.spawn.ProcessExitedException: process 1 terminated "
+                 "with signal SIGSEGV\n") == "segfault"
+    assert first("torch.multiprocessing.spawn.ProcessExitedException: process 1 terminated "
+                 "with signal SIGKILL\n") == "host-oom-killed"
+    assert first("RuntimeError: CUDA error: unspecified launch failure\n") == \
+        "cuda-illegal-memory-access"
+    # the three codes these wordings brought, and what they must leave alone
+    assert first("ModuleNotFoundError: No module named 'torch._C'\n") == "torch-shadowed"
+    assert first("ModuleNotFoundError: No module named 'torch._six'\n") == \
+        "library-too-old-for-torch"
+    assert first("ImportError: /env/lib/python3.10/site-packages/torch/lib/libtorch_cpu.so: "
+                 "undefined symbol: iJIT_NotifyEvent\n") == "mkl-too-new-for-torch"
+    assert first("ImportError: /env/lib/python3.10/site-packages/ext/_C.so: undefined symbol: "
+                 "_ZN3c104cuda9SetDeviceEi\n") == "torch-abi-mismatch"
+    assert first("RuntimeError: probability tensor contains either `inf`, `nan` or element "
+                 "< 0\n") == "multinomial-invalid-probabilities"
+    # generic lines that need their context: a pickle's end outside torch.load (a spawned
+    # worker's pipe), ENOENT without a semaphore, CUDA's error 3 without a fork
+    spawn = ('  File "C:\\Python310\\lib\\multiprocessing\\spawn.py", line 126, in _main\n'
+             '    self = reduction.pickle.load(from_parent)\nEOFError: Ran out of input\n')
+    assert first(spawn) != "checkpoint-truncated"
+    assert first("Traceback (most recent call last):\n  File \"train.py\", line 9, in <module>\n"
+                 "FileNotFoundError: [Errno 2] No such file or directory\n") != "shm-not-writable"
+    assert first("RuntimeError: CUDA error: initialization error\n") != "cuda-fork-reinit"
+    assert first("  File \"/opt/torch/utils/data/_utils/worker.py\", line 287, in _worker_loop\n"
+                 "RuntimeError: CUDA error: initialization error\n") == "cuda-fork-reinit"

@@ -66,6 +66,23 @@ _DIST_BASICS = (r"(?:init_process_group|is_initialized|get_rank|get_world_size|b
 _LOW_PORT = r"(?P<port>\d{1,3}|10[01]\d|102[0-3])"   # 0-1023: only root may listen there
 
 
+_NO_TOOLKIT = ("a package built a CUDA extension (torch.utils.cpp_extension: its setup.py, "
+               "such as DeepSpeed's, apex's or flash-attn's, or a JIT load at run time) and "
+               "found no CUDA toolkit: CUDA_HOME is not set and no nvcc is on PATH or in "
+               "/usr/local/cuda; the NVIDIA driver and torch's own CUDA libraries do not "
+               "include the compiler")
+_NO_TOOLKIT_FIX = ("install the CUDA toolkit of the CUDA version torch was built with (python "
+                   "-c 'import torch; print(torch.version.cuda)'), or use an image that has it "
+                   "(a -devel image), then export CUDA_HOME=/usr/local/cuda-X.Y (its bin/nvcc "
+                   "must exist) and build again")
+_DS_NO_NVCC = ("DeepSpeed builds its CUDA ops (fused Adam, ...) on first use and found no CUDA "
+               "toolkit (nvcc, CUDA_HOME): a runtime-only image or a CPU machine")
+_DS_NO_NVCC_FIX = ("use an image with the CUDA toolkit (a -devel CUDA image) and CUDA_HOME set, "
+                   "or install DeepSpeed with its ops prebuilt (DS_BUILD_OPS=1 pip install "
+                   "deepspeed on a machine with nvcc), or pick optimizers that need no op "
+                   "(torch's AdamW)")
+
+
 def launcher_cause(hit) -> str:
     return (f"the script reads {hit.group('var')}, which a launcher sets for every process "
             "(torchrun, meshrun run), but it was started without one (python train.py), "
@@ -102,7 +119,8 @@ CATALOG: tuple[Signature, ...] = (
          suppresses=("python-module-missing",)),
     sig("numpy-version-mismatch", "numpy too new for this torch",
          [r"compiled using NumPy 1\.x cannot be run in",
-          r"_ARRAY_API not found"],
+          r"_ARRAY_API not found",
+          r"Could not infer dtype of numpy\.\w+"],
          "numpy 2 is installed but this torch (or another extension) was built against numpy "
          "1.x: torch cannot use numpy (\"Numpy is not available\", \"Failed to initialize "
          "NumPy\"), and torch.distributed's object collectives fail",
@@ -112,7 +130,8 @@ CATALOG: tuple[Signature, ...] = (
          "in NumPy 2`, `_ARRAY_API not found` (advice only in a warning)",
          suppresses=("numpy-missing", "numpy-unusable")),
     sig("numpy-unusable", "torch cannot use numpy",
-         [r"RuntimeError: Numpy is not available", r"Failed to initialize NumPy"],
+         [r"RuntimeError: Numpy is not available", r"Failed to initialize NumPy",
+          r"PyTorch was compiled without NumPy support"],
          "torch cannot use numpy on this rank: numpy is not installed in the workers' "
          "environment (torch's wheel does not depend on it), or it is numpy 2 and this torch "
          "(< 2.3) was built against numpy 1.x; torch.distributed's object collectives, "
@@ -188,7 +207,7 @@ CATALOG: tuple[Signature, ...] = (
          SETUP, "`No module named 'mpi4py'` (its text names both causes)",
          suppresses=("python-module-missing",), also=("deepspeed-outside-launcher",)),
     sig("cuda-home-malformed", "the CUDA path holds a ':'",
-         [r"'(?P<home>/[^':]*:[^']*)/bin/nvcc'",
+         [r"'(?P<home>(?:/[^':]*)?:[^'\\]*)/bin/nvcc'",   # also a leading ':' ($CUDA_HOME unset)
           r"(?P<home>\S*:\S*)/bin/nvcc: not found"],
          lambda h: (f"the build called {h.group('home')}/bin/nvcc: the CUDA toolkit's folder "
                     "(CUDA_HOME or CUDA_PATH) was set like a PATH list, two folders joined by "
@@ -199,30 +218,35 @@ CATALOG: tuple[Signature, ...] = (
          SETUP, "an nvcc path with a ':' in it (`unable to execute "
          "'/usr/local/cuda-10.1:/bin/nvcc'`, the shell's `:/usr/local/cuda-10.1/bin/nvcc: not "
          "found`)",
-         suppresses=("deepspeed-no-cuda-compiler",)),
+         suppresses=("deepspeed-no-cuda-compiler", "cuda-toolkit-missing")),
     sig("cuda-toolkit-missing", "no CUDA toolkit to build an extension",
-         [r"CUDA_HOME environment variable is not set\. Please set it to your CUDA install root"],
-         "a package built a CUDA extension (torch.utils.cpp_extension: its setup.py, or a JIT "
-         "load at run time) and found no CUDA toolkit: CUDA_HOME is not set and no nvcc is on "
-         "PATH or in /usr/local/cuda; the NVIDIA driver and torch's own CUDA libraries do not "
-         "include the compiler",
-         "install the CUDA toolkit of the CUDA version torch was built with (python -c 'import "
-         "torch; print(torch.version.cuda)'), or use an image that has it (a -devel image), "
-         "then export CUDA_HOME=/usr/local/cuda-X.Y (its bin/nvcc must exist) and build again",
+         [r"CUDA_HOME environment variable is not set\. Please set it to your CUDA install root",
+          # any build that runs nvcc where there is none (apex, flash-attn, a setup.py)
+          r"No such file or directory: '(?P<nvcc>[^']*/bin/nvcc)'",
+          r"unable to execute '?nvcc'?: No such file or directory",
+          r"nvcc was not found\.\s+Are you sure your environment has nvcc available"],
+         _NO_TOOLKIT, _NO_TOOLKIT_FIX,
          SETUP, "torch.utils.cpp_extension's `CUDA_HOME environment variable is not set. Please "
-         "set it to your CUDA install root.`"),
+         "set it to your CUDA install root.`, a build's missing `.../bin/nvcc`, `unable to "
+         "execute nvcc`, flash-attn's `nvcc was not found`", also=("deepspeed-no-cuda-compiler",)),
+    # a setup.py that joins CUDA_HOME (None: torch found no toolkit) with '/bin/nvcc'
+    sig("cuda-toolkit-missing", "no CUDA toolkit to build an extension",
+         [r"TypeError: unsupported operand type\(s\) for \+: 'NoneType' and 'str'"],
+         _NO_TOOLKIT, _NO_TOOLKIT_FIX,
+         SETUP, "`TypeError: unsupported operand type(s) for +: 'NoneType' and 'str'` under a "
+         "build's `CUDA_HOME` + `/bin/nvcc`", near=r"CUDA_HOME|/bin/nvcc"),
     sig("deepspeed-no-cuda-compiler", "DeepSpeed cannot compile its CUDA ops",
          [r"CUDA_HOME does not exist, unable to compile CUDA op\(s\)",
-          r"MissingCUDAException",
-          # the JIT build (or pip's build of deepspeed) runs nvcc, which is not there
-          r"No such file or directory: '(?P<nvcc>[^']*/bin/nvcc)'"],
-         "DeepSpeed builds its CUDA ops (fused Adam, ...) on first use and found no CUDA "
-         "toolkit (nvcc, CUDA_HOME): a runtime-only image or a CPU machine",
-         "use an image with the CUDA toolkit (a -devel CUDA image) and CUDA_HOME set, or "
-         "install DeepSpeed with its ops prebuilt (DS_BUILD_OPS=1 pip install deepspeed on a "
-         "machine with nvcc), or pick optimizers that need no op (torch's AdamW)",
+          r"MissingCUDAException"],
+         _DS_NO_NVCC, _DS_NO_NVCC_FIX,
          SETUP, "DeepSpeed's `MissingCUDAException: CUDA_HOME does not exist, unable to compile "
          "CUDA op(s)`"),
+    # the JIT build (or pip's build of deepspeed) runs nvcc, which is not there
+    sig("deepspeed-no-cuda-compiler", "DeepSpeed cannot compile its CUDA ops",
+         [r"No such file or directory: '(?P<nvcc>[^']*/bin/nvcc)'"],
+         _DS_NO_NVCC, _DS_NO_NVCC_FIX,
+         SETUP, "a missing `.../bin/nvcc` in a log that names DeepSpeed",
+         confirm=r"(?i)deepspeed", suppresses=("cuda-toolkit-missing",)),
     sig("ninja-missing", "no Ninja to build an extension",
          [r"Ninja is required to load C\+\+ extensions",
           r"\[Errno 2\] No such file or directory: 'ninja'",
@@ -249,7 +273,8 @@ CATALOG: tuple[Signature, ...] = (
          SETUP, "CUDA's `peer mapping resources exhausted` (error 60)",
          suppresses=("cuda-init-failed", "nccl-unhandled-cuda-error")),
     sig("gpu-p2p-unsupported", "GPU peer-to-peer not available",
-         [r"peer access is not supported between these two devices?"],
+         [r"peer access is not supported between these two devices?",
+          r"Peer-to-peer access is unsupported on this platform"],
          "these GPUs cannot access each other's memory directly (consumer cards such as the "
          "RTX 3090/4090, or P2P disabled by the PCIe topology or IOMMU), which this "
          "communication path assumes; NCCL on such machines can also hang right after "
@@ -286,6 +311,20 @@ CATALOG: tuple[Signature, ...] = (
          "rank is its own process from the start",
          FAULT, "`Cannot re-initialize CUDA in forked subprocess`, Accelerate's notebook "
          "launcher's `avoid running any instruction using torch.cuda`"),
+    # torch <= 1.4 said only CUDA's own words (error 3) in the forked child
+    sig("cuda-fork-reinit", "CUDA used before a fork",
+         [r"cuda runtime error \(3\) : initialization error",
+          r"THCudaCheck FAIL file=\S+ line=\d+ error=3 : initialization error",
+          r"CUDA error: initialization error"],
+         "CUDA was initialised in a process that then forked (DataLoader workers or "
+         "multiprocessing with the fork start method), and a forked child cannot use CUDA",
+         "touch no CUDA before forking, or none in the children: move tensors to the GPU in "
+         "the main process after the DataLoader yields them (pin_memory=True), use the spawn "
+         "start method (DataLoader(multiprocessing_context='spawn'), "
+         "multiprocessing.set_start_method('spawn'))",
+         FAULT, "CUDA's `initialization error` (error 3) in a log of forked processes "
+         "(DataLoader workers, multiprocessing)",
+         confirm=r"DataLoader worker|multiprocessing|[Ff]ork|_worker_loop|Process-\d+"),
     sig("spawn-main-guard", "processes started at import",
          [r"An attempt has been made to start a new process before the",
           r"has finished its bootstrapping phase"],
@@ -299,7 +338,7 @@ CATALOG: tuple[Signature, ...] = (
          "current process has finished its bootstrapping phase`"),
     sig("ddp-unused-parameters", "DDP: parameters without gradients",
          [r"Expected to have finished reduction in the prior iteration",
-          r"parameters that were not used in producing loss",
+          r"parameters that were not used in producing (?:the )?loss",
           r"Parameter indices which did not receive grad for rank"],
          "DistributedDataParallel expected a gradient for every parameter, but some took no "
          "part in this step's loss (a branch not taken, a head not used, an output left out "
@@ -324,6 +363,18 @@ CATALOG: tuple[Signature, ...] = (
          "when the graph is the same every step",
          FAULT, "DDP's `Expected to mark a variable ready only once`, `Parameter ... has been "
          "marked as ready twice`"),
+    sig("ddp-reentrant-checkpoint", "ZeRO saw a gradient twice in one backward",
+         [r"has already been reduced\.\s+Gradient computed twice for this partition"],
+         "DeepSpeed ZeRO (stage 1 or 2) got a second gradient for one parameter in one "
+         "backward: most often reentrant activation checkpointing (gradient_checkpointing, "
+         "torch.utils.checkpoint with use_reentrant=True), which runs the checkpointed blocks' "
+         "backward again, or a module applied twice in one step (a Siamese model, weights "
+         "shared between two branches)",
+         "use non-reentrant checkpointing (gradient_checkpointing_kwargs={'use_reentrant': "
+         "False}, torch.utils.checkpoint(..., use_reentrant=False)); for a module applied "
+         "twice, run both inputs through it in one call (torch.cat), or use ZeRO stage 0 or 3",
+         FAULT, "DeepSpeed ZeRO's `The parameter N has already been reduced. Gradient computed "
+         "twice for this partition`"),
     sig("zero3-with-device-map", "ZeRO-3 with a device_map",
          [r"DeepSpeed Zero-3 is not compatible with (?:`low_cpu_mem_usage=True`|passing a "
           r"`device_map`)"],
@@ -355,6 +406,16 @@ CATALOG: tuple[Signature, ...] = (
          "the two ranks and their collectives",
          FAULT, "c10d's `Detected mismatch between collectives on ranks` "
          "(TORCH_DISTRIBUTED_DEBUG=DETAIL)"),
+    sig("collective-mismatch", "ranks sent different sizes",
+         [r"op\.preamble\.length <= op\.nbytes\. (?P<got>\d+) vs (?P<want>\d+)"],
+         lambda h: (f"a rank received {h.group('got')} bytes where its own tensor holds "
+                    f"{h.group('want')}: the ranks ran the same collective on tensors of "
+                    "different sizes (a shape that depends on the rank's data, a last batch "
+                    "smaller on some ranks), or different collectives at the same point"),
+         "give the collective a tensor of the same shape and dtype on every rank (pad "
+         "variable-size data, or all_gather the sizes first), and run the same collectives "
+         "in the same order; TORCH_DISTRIBUTED_DEBUG=DETAIL names the mismatch",
+         FAULT, "gloo's `op.preamble.length <= op.nbytes. A vs B`"),
     sig("checkpoint-module-prefix", "checkpoint keys carry 'module.'",
          [r"Unexpected key\(s\) in state_dict: \"module\.",
           r"unexpected key \"module\.[^\"]*\" in state_dict"],
@@ -408,7 +469,9 @@ CATALOG: tuple[Signature, ...] = (
     sig("checkpoint-truncated", "the checkpoint file is cut short",
          [r"PytorchStreamReader failed reading zip archive: failed finding central directory",
           r"PytorchStreamReader failed reading file \S+: file read failed",
-          r"unexpected EOF, expected \d+ more bytes\. The file might be corrupted"],
+          r"unexpected EOF(?:, expected \d+ more bytes)?\. The file might be corrupted",
+          r"storage has wrong size: expected \d+ got \d+",
+          r"Error while deserializing header: MetadataIncompleteBuffer"],
          "a checkpoint file is incomplete: its save was cut short (the disk filled, the process "
          "was killed while writing, a copy or download did not finish), so torch.load finds no "
          "zip directory at its end",
@@ -418,6 +481,17 @@ CATALOG: tuple[Signature, ...] = (
          FAULT, "torch.load's `PytorchStreamReader failed reading zip archive: failed finding "
          "central directory` (and `... failed reading file ...: file read failed`, `unexpected "
          "EOF, expected N more bytes. The file might be corrupted`)"),
+    # torch.load's legacy (pickle) reader meets the end of a file cut short
+    sig("checkpoint-truncated", "the checkpoint file is cut short",
+         [r"EOFError: Ran out of input"],
+         "a checkpoint file is incomplete: its save was cut short (the disk filled, the process "
+         "was killed while writing, a copy or download did not finish), so torch.load's reader "
+         "met its end early",
+         "resume from the previous checkpoint (move the broken file away); write checkpoints "
+         "to a temporary name and rename them when whole (meshrun's recipes do), and check the "
+         "free space where they go (df -h)",
+         FAULT, "`EOFError: Ran out of input` under torch.load's frames",
+         near=r"torch/serialization\.py"),
     # a zip whose header is broken, not only its end: cut short, or two writers at once
     sig("checkpoint-truncated", "the checkpoint file is broken",
          [r"PytorchStreamReader failed reading file \S+: invalid header or archive is corrupted"],
@@ -430,6 +504,17 @@ CATALOG: tuple[Signature, ...] = (
          FAULT, "torch.load's `PytorchStreamReader failed reading file ...: invalid header or "
          "archive is corrupted` (its text names both causes)",
          also=("checkpoint-multi-rank-race",)),
+    sig("checkpoint-saved-device-missing", "checkpoint saved on a GPU this process lacks",
+         [r"invalid device ordinal"],
+         "the checkpoint's tensors were saved on a GPU this process does not have: torch.load "
+         "puts each tensor back on the device it was saved from, and this process sees fewer "
+         "GPUs",
+         "load with map_location (torch.load(path, map_location=f'cuda:{local_rank}') or "
+         "'cpu'), then move the model to this rank's device",
+         FAULT, "`invalid device ordinal` in a log whose traceback is torch.load's",
+         confirm=r"torch[/\\]serialization\.py\", line \d+, in (?:load|_load|"
+                 r"default_restore_location|_cuda_deserialize|restore_location)\b",
+         suppresses=("invalid-device-ordinal",)),
     sig("checkpoint-is-lfs-pointer", "the checkpoint is a Git LFS pointer",
          [r"UnpicklingError: invalid load key, 'v'"],
          "the checkpoint file is a Git LFS pointer (a small text file that begins 'version "
@@ -439,9 +524,23 @@ CATALOG: tuple[Signature, ...] = (
          "the checkpoint from where the project publishes it); head -c 100 FILE shows a "
          "pointer",
          FAULT, "`_pickle.UnpicklingError: invalid load key, 'v'.`"),
+    sig("checkpoint-is-lfs-pointer", "the weights file is not a safetensors file",
+         [r"Error while deserializing header: HeaderTooLarge"],
+         "the .safetensors file does not begin with a safetensors header: most often a Git LFS "
+         "pointer (the repository was cloned without git-lfs, so the file is a small text file "
+         "beginning 'version https://git-lfs...'), or an HTML page saved in its place",
+         "fetch the real file: git lfs install && git lfs pull in the repository, or download "
+         "it again (huggingface-cli download ...); head -c 100 FILE shows what it is",
+         FAULT, "safetensors' `Error while deserializing header: HeaderTooLarge`"),
     sig("device-map-auto-with-ddp", "device_map='auto' in a multi-process job",
          [r"You can't train a model that has been loaded with `device_map='auto'` in any "
-          r"distributed mode"],
+          r"distributed mode",
+          # DDP handed a module spread over two GPUs or more
+          r"only work with single-device/multiple-device GPU modules or CPU modules, but got "
+          r"device_ids \[[^\]]*\], output_device \S+, and module parameters \{device\(type='cuda', "
+          r"index=\d+\), device\(type='cuda'",
+          r"You can't train a model that has been loaded in 8-bit precision on a different "
+          r"device than the one you're training on"],
          "the model was loaded with device_map='auto' (spread over every GPU the process sees, "
          "for one process), and this job runs one process per GPU",
          "load it on the rank's own GPU when training with several processes: "
@@ -460,8 +559,21 @@ CATALOG: tuple[Signature, ...] = (
          "tensor parallelism with data parallelism use FSDP2's fully_shard over a 2-D mesh "
          "instead of DDP",
          SETUP, "DDP's `found no DeviceMesh from dtensor args for c10d.broadcast_`"),
+    sig("torch-shadowed", "a folder named torch hides the real one",
+         [r"No module named '?torch\._C'?(?=[\s')]|$)",
+          r"It appears that PyTorch has loaded the `torch/_C` folder of the PyTorch repository"],
+         "Python imported a folder named torch that is not the installed torch: the script "
+         "runs from torch's source tree, or a project with a torch/ folder (or torch.py) of its "
+         "own is the working directory, so torch's compiled part (torch._C) is not found",
+         "run from another folder (cd out of the repository), or rename the project's own "
+         "torch folder or module; python -c 'import torch; print(torch.__file__)' shows which "
+         "one is imported",
+         SETUP, "`No module named 'torch._C'`, torch's `It appears that PyTorch has loaded the "
+         "torch/_C folder of the PyTorch repository`",
+         suppresses=("library-too-old-for-torch", "python-module-missing")),
     sig("library-too-old-for-torch", "a package made for another torch",
-         [r"No module named '(?P<mod>torch\._six|torch\._?[\w.]+)'"],
+         [r"No module named '(?P<mod>torch\._six|torch\._?[\w.]+)'",
+          r"from (?P<mod>torch\._six) import .*container_abcs"],
          lambda h: (f"a package imports {h.group('mod')}, which this torch does not have: the "
                     "package was made for an older torch (torch._six went in torch 2.0; other "
                     "internal modules move between releases), or for a newer one"),
@@ -516,7 +628,9 @@ CATALOG: tuple[Signature, ...] = (
           r"Bfloat16 is only supported on GPUs with compute capability of at least 8\.0",
           r"bf16 is not supported on (?:this|your) (?:GPU|device)",
           r"Your setup doesn't support bf16/gpu",
-          r"bf16 mixed precision requires PyTorch >= 1\.10 and a supported device"],
+          r"bf16 mixed precision requires PyTorch >= 1\.10 and a supported device",
+          # cuBLAS refuses a bf16 GEMM on a GPU without bf16 (M40, Titan X, ...)
+          r"CUBLAS_STATUS_NOT_SUPPORTED when calling `cublas\w+\(.*CUDA_R_16BF"],
          lambda h: ("bfloat16 was asked for where it is not supported: a GPU below compute "
                     "capability 8.0 (V100, T4, P100 and older)" + (
                         ", or a torch older than 1.10 or built for a CUDA older than 11 "
@@ -537,6 +651,16 @@ CATALOG: tuple[Signature, ...] = (
          "fp16 (HF/diffusers: cast the trained parameters, e.g. LoRA layers, to float32; "
          "do not .half() the model before training)",
          FAULT, "`ValueError: Attempting to unscale FP16 gradients.`"),
+    sig("fp16-trainable-params", "bf16 parameters under fp16's GradScaler",
+         [r"\"_amp_foreach_non_finite_check_and_unscale_cuda\" not implemented for 'BFloat16'"],
+         "the trainable parameters are bfloat16 (the model was cast with .to(torch.bfloat16) "
+         "or loaded in bf16) while training runs fp16 mixed precision, whose GradScaler cannot "
+         "unscale bf16 gradients",
+         "train in bf16 mixed precision (HF: bf16=True instead of fp16=True; accelerate: "
+         "--mixed_precision bf16), which needs no GradScaler, or keep the trained parameters "
+         "in float32",
+         FAULT, "`\"_amp_foreach_non_finite_check_and_unscale_cuda\" not implemented for "
+         "'BFloat16'`"),
     sig("zero-offload-client-optimizer", "ZeRO-Offload refuses the script's optimizer",
          [(r"You are using ZeRO-Offload with a client provided optimizer \(<class "
            r"'(?P<opt>[\w.]+)'>\)")],
@@ -587,7 +711,10 @@ CATALOG: tuple[Signature, ...] = (
          "the N slots`"),
     sig("cuda-on-cpu-torch", "CUDA asked of a CPU-only torch",
          [r"module 'torch\._C' has no attribute '_cuda_\w+'",
-          r"Torch not compiled with CUDA enabled"],
+          r"Torch not compiled with CUDA enabled",
+          r"Cannot initialize CUDA without ATen_cuda library",            # torch 1.0-1.2
+          # an aten operator without a CUDA kernel: a torch without CUDA (macOS, CPU wheels)
+          r"Could not run 'aten::\w+' with arguments from the 'CUDA' backend"],
          cpu_torch_cause, cpu_torch_fix,
          SETUP, "`module 'torch._C' has no attribute '_cuda_setDevice'` (and other `_cuda_*`), "
          "`Torch not compiled with CUDA enabled`; the cause and fix follow meshrun's plan (a "
@@ -595,7 +722,9 @@ CATALOG: tuple[Signature, ...] = (
          suppresses=("cuda-init-failed",)),
     sig("nccl-not-built", "torch without NCCL",
          [r"Distributed package doesn't have NCCL built in",
-          r"Distributed package doesn't have NCCL \" \"built in"],   # the source line's literals
+          r"Distributed package doesn't have NCCL \" \"built in",   # the source line's literals
+          # torch <= 1.0 (THD): built without NCCL 2
+          r"the distributed NCCL backend is not available; try to recompile the THD package"],
          nccl_not_built_cause,
          "use the gloo backend where there is no NCCL: backend=os.environ['MESHRUN_BACKEND'] "
          "(meshrun sets gloo on CPU runs) or meshrun.init_distributed(); for GPUs, run on Linux "
@@ -604,19 +733,33 @@ CATALOG: tuple[Signature, ...] = (
          "line writes it, two string literals)"),
     sig("gpu-arch-unsupported", "GPU too new (or old) for the build",
          [r"with CUDA capability (?P<sm>sm_\d+) is not compatible with the current PyTorch",
-          r"no kernel image is available for execution on the device"],
+          r"no kernel image is available for execution on the device",
+          r"cuda runtime error \(8\) : invalid device function",        # torch <= 1.0
+          # torch.cuda's warning: the build has no kernels for a GPU this old
+          r"which is of cuda capability (?P<cc>[\d.]+)\.\s*PyTorch no longer supports this "
+          r"GPU because it is too old",
+          r"PyTorch no longer supports this GPU because it is too old"],   # on its own line
          arch_cause,
-         "install a torch built for this GPU (Blackwell sm_120 needs the CUDA 12.8 wheels or "
-         "newer), and rebuild compiled extensions with TORCH_CUDA_ARCH_LIST naming every GPU "
-         "model the job runs on (e.g. 8.0;9.0)",
+         lambda h: ("install an older torch whose wheels still have kernels for this GPU, or "
+                    "build torch from source with TORCH_CUDA_ARCH_LIST naming it; or run on "
+                    "newer GPUs" if "no longer supports" in h.line else
+                    "install a torch built for this GPU (Blackwell sm_120 needs the CUDA 12.8 "
+                    "wheels or newer), and rebuild compiled extensions with "
+                    "TORCH_CUDA_ARCH_LIST naming every GPU model the job runs on (e.g. "
+                    "8.0;9.0)"),
          SETUP, "`with CUDA capability sm_N is not compatible with the current PyTorch "
-         "installation`, `no kernel image is available for execution on the device`",
+         "installation`, `no kernel image is available for execution on the device`, torch "
+         "1.0's `invalid device function`, torch.cuda's `PyTorch no longer supports this GPU "
+         "because it is too old`",
          suppresses=("nccl-unhandled-cuda-error", "cuda-illegal-memory-access")),
     sig("cuda-toolkit-mismatch", "CUDA toolkit differs from torch's",
          [(r"Installed CUDA version (?P<sys>\S+) does not match the version torch was compiled "
            r"with (?P<torch>[\d.]+)"),
           (r"The detected CUDA version \((?P<sys>[\d.]+)\) mismatches the version that was "
-           r"used to compile")],
+           r"used to compile"),
+          # apex's setup.py (an error since 2020, a warning before)
+          (r"Cuda extensions are being compiled with a version of Cuda that does not match the "
+           r"version used to compile Pytorch binaries")],
          toolkit_cause,
          "install the CUDA toolkit of torch's version and point CUDA_HOME at it (nvcc --version "
          "must agree with torch.version.cuda), or use prebuilt ops/wheels (DeepSpeed: "
@@ -629,7 +772,11 @@ CATALOG: tuple[Signature, ...] = (
           r"CUDA error: system not yet initialized",
           r"CUDA failure [\w./]+:\d+ 'system not yet initialized'",
           r"cuda runtime error \(802\) : system not yet initialized",
-          r"Error 802: system not yet initialized"],
+          r"Error 802: system not yet initialized",
+          # CUDA's error 802 in other programs' words (llama.cpp's ggml, gpu-burn, samples)
+          r"failed to initialize CUDA: system not yet initialized",
+          r"^\s*what\(\):  Error \([\w.-]+:\d+\): system not yet initialized",
+          r"code=802\(cudaErrorSystemNotReady\)", r"CUDA_ERROR_SYSTEM_NOT_READY"],
          "the GPUs' NVSwitch fabric is not ready: on HGX/DGX systems (H100, H200, A100 with "
          "NVSwitch) the fabric manager (nvidia-fabricmanager) is not running, or was restarted "
          "without resetting the GPUs, so NCCL's NVLink SHARP set-up (or CUDA itself) fails",
@@ -697,6 +844,17 @@ CATALOG: tuple[Signature, ...] = (
          launcher_cause, LAUNCHER_FIX,
          SETUP, "`environment variable MASTER_ADDR expected, but not set`, `KeyError: 'RANK'` "
          "(and LOCAL_RANK, WORLD_SIZE, MASTER_PORT)"),
+    sig("launcher-env-missing", "SLURM variables outside a SLURM job",
+         [r"KeyError: '(?P<var>SLURM_(?:PROCID|NODEID|LOCALID|NTASKS|NNODES|JOB_ID|"
+          r"STEP_NUM_TASKS|JOB_NUM_NODES|NTASKS_PER_NODE)\w*)'"],
+         lambda h: (f"the script (or its framework's SLURM support, e.g. Lightning's "
+                    f"SLURMEnvironment) reads {h.group('var')}, which only SLURM sets inside a "
+                    "job step, but it was started outside one (python train.py or torchrun on "
+                    "a login node or another cluster, or sbatch without srun)"),
+         "start it inside a SLURM job step (srun within an sbatch or salloc allocation: meshrun "
+         "render slurm writes one), or let the framework pick the environment instead of "
+         "forcing SLURM's",
+         SETUP, "`KeyError: 'SLURM_PROCID'` (and SLURM_NODEID, SLURM_LOCALID, SLURM_NTASKS, ...)"),
     # the same, where only the KeyError's message was kept (an IDE's or a logger's str(exc):
     # a bare 'LOCAL_RANK' line) beside the frame that read the variable
     sig("launcher-env-missing", "started without a launcher",
@@ -706,7 +864,8 @@ CATALOG: tuple[Signature, ...] = (
          "a frame reading `os.environ[\"LOCAL_RANK\"]` with the KeyError's bare message "
          "`'LOCAL_RANK'`", confirm=r"(?m)^\s*'{var}'\s*$"),
     sig("local-rank-argument", "--local-rank not accepted",
-         [r"unrecognized arguments: .*--local[-_]rank(?:[= ]\d+|\s|$)"],
+         [r"unrecognized arguments: .*--local[-_]rank(?:[= ]\d+|\s|$)",
+          r"Some specified arguments are not used by the HfArgumentParser: \[.*'--local[-_]rank"],
          local_rank_cause,
          "read the local rank from the environment (int(os.environ['LOCAL_RANK'])): meshrun and "
          "torchrun set it and pass no argument; or declare both spellings: "
@@ -718,7 +877,9 @@ CATALOG: tuple[Signature, ...] = (
           r"bad interpreter: .*\^M",
           r"\.sh: ?line \d+: (?:--?[\w-]+|[\w.-]+=\S*): command not found",
           # dash: the name ends in '\r', so ': not found' overwrites the line's start
-          r"^: not found\S*\.sh: \d+: "],
+          r"^: not found\S*\.sh: \d+: ",
+          r"Batch script contains DOS line breaks",                      # sbatch refuses it
+          r"/usr/bin/env: ['\u2018](?P<interp>[\w.-]+)\\r['\u2019]: No such file or directory"],
          "the launch script has Windows (CRLF) line endings, or a space after a line-ending "
          "backslash (or the backslash is missing): each continued line became its own "
          "command, so the launcher got a stray '\\r' and the training flags never reached the "
@@ -794,7 +955,13 @@ CATALOG: tuple[Signature, ...] = (
     sig("network-download-failed", "cannot reach the download host",
          [r"Failed to resolve '(?P<site>[^']+)'",
           r"HTTPSConnectionPool\(host='(?P<site>[^']+)', port=\d+\): Max retries exceeded",
-          r"We couldn't connect to '(?P<site>https?://[^']+)'"],
+          r"We couldn't connect to '(?P<site>https?://[^']+)'",
+          # transformers before huggingface_hub, then huggingface_hub's own words
+          r"Connection error, and we cannot find the requested files in the cached path",
+          r"An error happened while trying to locate the file on the Hub and we cannot find "
+          r"the requested files in the local cache",
+          r"<urlopen error \[Errno -?\d+\] (?:Temporary failure in name resolution|Name or "
+          r"service not known|nodename nor servname provided|getaddrinfo failed)"],
          download_cause,
          "download the files beforehand to storage every node sees (huggingface-cli download "
          "..., HF_HOME on a shared volume) and set HF_HUB_OFFLINE=1 (HF_DATASETS_OFFLINE=1) in "
@@ -803,6 +970,19 @@ CATALOG: tuple[Signature, ...] = (
          "`HTTPSConnectionPool(...): Max retries exceeded`, `We couldn't connect to "
          "'https://huggingface.co'`, on the exception that ended the rank (a retry warning "
          "is advice)",
+         suppresses=("master-dns-failure",)),
+    # a name lookup that failed under a download's own frames (torch.hub, torchvision's
+    # weights, urllib, http.client), not the job's store
+    sig("network-download-failed", "cannot reach the download host",
+         [r"socket\.gaierror: \[Errno -?\d+\] (?:Temporary failure in name resolution|Name or "
+          r"service not known|nodename nor servname provided|getaddrinfo failed)"],
+         download_cause,
+         "download the files beforehand to storage every node sees (torch.hub's TORCH_HOME, "
+         "HF_HOME on a shared volume) and load them from there, or give the compute nodes a "
+         "proxy",
+         SETUP, "`socket.gaierror` under http.client's, urllib's or torch.hub's frames",
+         near=r"[/\\]http[/\\]client\.py\b|[/\\]urllib3?[/\\]|[/\\]requests[/\\]|"
+              r"torch[/\\]hub\.py|load_state_dict_from_url|download_url|huggingface_hub",
          suppresses=("master-dns-failure",)),
     sig("worker-bad-input", "a worker stopped with meshrun's own error",
          [(r"^meshrun: error: (?P<msg>.+?); fix: (?P<hint>.+?)"
@@ -881,9 +1061,23 @@ CATALOG: tuple[Signature, ...] = (
          "libnccl.so, import torch before libraries that load their own NCCL",
          SETUP, "`libtorch_cuda.so: undefined symbol: ncclCommRegister` (any `nccl*` symbol)",
          suppresses=("torch-abi-mismatch",)),
+    sig("mkl-too-new-for-torch", "an MKL newer than this torch",
+         [r"undefined symbol: iJIT_NotifyEvent"],
+         "this torch's libtorch_cpu.so needs iJIT_NotifyEvent, which Intel's MKL removed in "
+         "2024.1: the environment has an MKL newer than the one this torch was built with "
+         "(conda puts it beside a torch from the pytorch channel)",
+         "install MKL 2024.0 (conda install mkl==2024.0, or pip install mkl==2024.0), or a torch "
+         "from pip, whose wheels bring the MKL they were built with",
+         SETUP, "`libtorch_cpu.so: undefined symbol: iJIT_NotifyEvent`",
+         suppresses=("torch-abi-mismatch",)),
     sig("torch-abi-mismatch", "extension built for another torch",
          [r"(?P<so>/\S+\.so)[^:]*: undefined symbol: (?P<sym>\S+)",
-          r"undefined symbol: (?P<sym>\S+)"],
+          r"undefined symbol: (?P<sym>\S+)",
+          (r"DLL load failed while importing (?P<so>\w+): The specified procedure could not be "
+           r"found"),
+          r"\[WinError 127\] The specified procedure could not be found",
+          r"Symbol not found: (?P<sym>__ZN\S+)",                           # macOS
+          r"Couldn't load custom C\+\+ ops\. This can happen if your PyTorch and torchvision"],
          abi_cause,
          "reinstall that package against this torch (pip install --force-reinstall "
          "--no-build-isolation PACKAGE), or install the torch it was built for; use one image "
@@ -891,7 +1085,11 @@ CATALOG: tuple[Signature, ...] = (
          SETUP, "`ImportError: ...so: undefined symbol: ...`"),
     sig("cuda-driver-too-old", "NVIDIA driver too old",
          [r"The NVIDIA driver on your system is too old \(found version (?P<ver>\d+)\)",
-          r"CUDA driver version is insufficient for CUDA runtime version"],
+          r"CUDA driver version is insufficient for CUDA runtime version",
+          # PTX built by a newer CUDA than this driver's JIT compiler knows (CUDA error 222)
+          r"the provided PTX was compiled with an unsupported toolchain",
+          # a container's newer CUDA on a host driver without forward compatibility (error 804)
+          r"forward compatibility was attempted on non supported HW"],
          driver_cause,
          "update the NVIDIA driver on this node, or install a torch built for an older CUDA "
          "(e.g. pip install torch --index-url https://download.pytorch.org/whl/cu118)",
@@ -901,7 +1099,8 @@ CATALOG: tuple[Signature, ...] = (
          [r"No CUDA GPUs are available", r"no CUDA-capable device is detected",
           r"Found no NVIDIA driver on your system", r"CUDA driver initialization failed",
           r"CUDA-capable device\(s\) is/are busy or unavailable",
-          r"all CUDA-capable devices are busy or unavailable"],
+          r"all CUDA-capable devices are busy or unavailable",
+          r"CUDA initialization: CUDA unknown error"],
          "CUDA could not start on this node: no GPU visible to the process "
          "(CUDA_VISIBLE_DEVICES empty or wrong, a container without --gpus), no "
          "driver, or GPUs held in exclusive mode by another process",
@@ -923,7 +1122,8 @@ CATALOG: tuple[Signature, ...] = (
          "`ProcessGroupNCCL is only supported with GPUs, no GPUs found`", names_cause=False),
     sig("gpu-hardware-error", "GPU hardware error",
          [r"uncorrectable ECC error encountered", r"GPU has fallen off the bus",
-          r"NVRM: Xid \((?P<pci>[^)]*)\): (?P<xid>\d+)", r"uncorrectable NVLink error"],
+          r"NVRM: Xid \((?P<pci>[^)]*)\): (?P<xid>\d+)", r"uncorrectable NVLink error",
+          r"Unable to determine the device handle for GPU \S+: (?:GPU is lost|Unknown Error)"],
          "the GPU reported a hardware fault (ECC, NVLink, Xid, fell off the bus); the software "
          "is not at fault",
          "take the node out of the pool (SLURM: --exclude, Kubernetes: cordon), check "
@@ -949,7 +1149,9 @@ CATALOG: tuple[Signature, ...] = (
     sig("port-in-use", "port already in use",
          [r"meshrun: error: port (?P<port>\d+) on this host \(node 0\) is already in use",
           r"port: (?P<port>\d+), useIpv6: \w+, code: -98, name: EADDRINUSE",
-          r"EADDRINUSE", r"[Aa]ddress already in use", r"\[Errno 98\]"],
+          r"EADDRINUSE", r"[Aa]ddress already in use", r"\[Errno 98\]",
+          # Windows (WSAEADDRINUSE), in English and as its number beside a localised text
+          r"Only one usage of each socket address", r"\(system error: 10048 - "],
          port_cause,
          meshrun_fix("choose another --master-port (or let meshrun pick one), or find the "
                       "process holding it with 'ss -ltnp'"),
@@ -1064,7 +1266,10 @@ CATALOG: tuple[Signature, ...] = (
           r"(?P<free>[\d.]+ [KMGT]?i?B|0 bytes) is free)?"
           r"(?: \(GPU (?P<gpu_old>\d+); (?P<total_old>[\d.]+ [KMGT]?i?B) total capacity; "
           r"[^;]*; (?P<free_old>[\d.]+ [KMGT]?i?B) free)?"),
-          r"CUBLAS_STATUS_ALLOC_FAILED"],
+          r"CUBLAS_STATUS_ALLOC_FAILED",
+          r"cuda runtime error \(2\) : out of memory",           # torch <= 1.0 (THC)
+          r"THCudaCheck FAIL file=\S+ line=\d+ error=2 : out of memory",
+          r"MPS backend out of memory"],                        # Apple GPUs
          oom_cause, oom_fix,
          FAULT, "`torch.OutOfMemoryError: CUDA out of memory. Tried to allocate X`, "
          "`CUBLAS_STATUS_ALLOC_FAILED`"),
@@ -1099,8 +1304,11 @@ CATALOG: tuple[Signature, ...] = (
           killed_by("SIGKILL"), r"Out of memory: Kill(?:ed)? process (?P<pid>\d+)",
           r"Memory cgroup out of memory", r"\boom-kill(?:er)?\b", r"^Killed$",
           r"is killed by signal: Killed",
-          r"ProcessExitedException: process \d+ terminated with signal SIGKILL",
-          r"exit code 137 \(interrupted by signal 9: SIGKILL\)"],
+          r"process \d+ terminated with signal SIGKILL",     # torch.multiprocessing.spawn
+          r"exit code 137 \(interrupted by signal 9: ?SIGKILL\)",
+          r"exited on signal 9 \(Killed\)",                   # mpirun
+          r"died with <Signals\.SIGKILL: 9>",                  # subprocess (launchers)
+          r"line \d+: +\d+ Killed +\S"],                       # a shell's job report
          "the process was killed with SIGKILL and left no Python traceback: almost always the "
          "kernel's out-of-memory killer (host RAM or the container's memory limit), sometimes "
          "the scheduler",
@@ -1108,9 +1316,20 @@ CATALOG: tuple[Signature, ...] = (
          "OOMKilled status; use fewer DataLoader workers, load data lazily, or raise the memory "
          "limit",
          FAULT, "`exitcode : -9` / `Signal 9 (SIGKILL)` in the root cause, meshrun's `was killed "
-         "by SIGKILL`, the kernel's `Out of memory: Killed process`, a bare `Killed`, "
-         "`torch.multiprocessing.spawn`'s `ProcessExitedException: process N terminated with "
-         "signal SIGKILL`, `exit code 137 (interrupted by signal 9: SIGKILL)`"),
+         "by SIGKILL`, the kernel's `Out of memory: Killed process`, a bare `Killed` or a "
+         "shell's `line N: PID Killed ...`, `torch.multiprocessing.spawn`'s `process N "
+         "terminated with signal SIGKILL`, `exit code 137 (interrupted by signal 9: SIGKILL)`, "
+         "mpirun's `exited on signal 9 (Killed)`, `died with <Signals.SIGKILL: 9>`"),
+    sig("host-oom-killed", "killed (over SLURM's memory limit)",
+         [r"exceeded memory limit \(\d+ > \d+\), being killed",
+          r"Exceeded job memory limit", r"task \d+: Out Of Memory"],
+         "the job used more memory than SLURM gave it (--mem, --mem-per-cpu or the "
+         "partition's default), and slurmstepd killed it",
+         "ask for more memory (#SBATCH --mem=... or --mem-per-cpu=...; sacct -j JOB -o "
+         "MaxRSS shows what it used), or use less: fewer DataLoader workers, data loaded "
+         "lazily",
+         FAULT, "slurmstepd's `Job N exceeded memory limit (A > B), being killed`, `Exceeded job "
+         "memory limit`, srun's `task N: Out Of Memory`"),
     sig("shm-not-writable", "/dev/shm not writable",
          [r"shm_open failed : Permission denied"],
          "this process may not create files in /dev/shm (its permissions, a read-only mount, or "
@@ -1122,8 +1341,9 @@ CATALOG: tuple[Signature, ...] = (
          SETUP, "NCCL's `Call to shm_open failed : Permission denied`",
          suppresses=("shm-too-small", "nccl-system-error")),
     sig("shm-not-writable", "/dev/shm not writable",
-         [r"OSError: \[Errno 13\] Permission denied$",
-          r"OSError: \[Errno 38\] Function not implemented$"],
+         [r"(?:OSError|PermissionError): \[Errno 13\] Permission denied$",
+          r"OSError: \[Errno 38\] Function not implemented$",
+          r"FileNotFoundError: \[Errno 2\] No such file or directory$"],
          "Python's multiprocessing could not create a POSIX semaphore: they live in /dev/shm, "
          "which is missing or not writable here (a sandbox such as AWS Lambda or proot, a "
          "container without one, or its permissions); DataLoader workers and multiprocessing "
@@ -1136,6 +1356,8 @@ CATALOG: tuple[Signature, ...] = (
          confirm=r"SemLock", suppresses=("shm-too-small",)),
     sig("shm-too-small", "shared memory too small",
          [r"unable to write to file </torch_\w+>", r"insufficient shared memory \(shm\)",
+          r"shm\.h:\d+ NCCL WARN Call to posix_fallocate failed ?: No space left on device",
+          r"DataLoader worker \(pid \d+\) is killed by signal: Bus error",
           r"No space left on device: '/dev/shm/",
           r"out of shared memory", r"Signal 7 \(SIGBUS\) received by PID",
           r"^\s*exitcode\s*:\s*-7 \(pid", killed_by("SIGBUS"), r"^Bus error\b",
@@ -1166,7 +1388,8 @@ CATALOG: tuple[Signature, ...] = (
          [r"\[Errno 28\] No space left on device: '(?P<path>[^']+)'", r"No space left on device",
           r"Disk quota exceeded", r"\[Errno 122\]",
           r"write\(\): fd \d+ failed with (?:Input/output error|No space left)",
-          r"PytorchStreamWriter failed writing file \S+: file write failed"],
+          r"PytorchStreamWriter failed writing file \S+: file write failed",
+          r"\[enforce fail at inline_container\.cc:\d+\] \. unexpected pos \d+ vs \d+"],
          space_cause,
          "free space or write checkpoints elsewhere (--checkpoint-dir on a larger filesystem); "
          "keep fewer checkpoints; check df -h and quotas on every node",
@@ -1224,7 +1447,13 @@ CATALOG: tuple[Signature, ...] = (
     sig("segfault", "segmentation fault",
          [r"Signal 11 \(SIGSEGV\) received by PID", r"^\s*exitcode\s*:\s*-11 \(pid",
           r"failed \(exitcode: -11\) local_rank", r"exits with return code = -11\b",
-          killed_by("SIGSEGV"), r"Segmentation fault", r"Fatal Python error: Segmentation"],
+          killed_by("SIGSEGV"), r"Segmentation fault", r"Fatal Python error: Segmentation",
+          r"process \d+ terminated with signal SIGSEGV",      # torch.multiprocessing.spawn
+          r"exit code 139 \(interrupted by signal 11: ?SIGSEGV\)",
+          # Windows: an access violation (0xC0000005) is its segmentation fault
+          r"Windows fatal exception: access violation",
+          r"exit code -1073741819 \(0xC0000005\)", r"exit status 3221225477",
+          r"^Exception code: 0xc0000005$"],                    # Windows' event log
          "the process crashed in native code (SIGSEGV): the crash alone names no cause; most "
          "often mismatched library versions (an extension built for another torch or "
          "compiler, a library imported before torch), a driver, or a bug in torch or NCCL",
@@ -1232,15 +1461,30 @@ CATALOG: tuple[Signature, ...] = (
          "compiled extensions match this torch and that every node runs the same image",
          FAULT, "`exitcode : -11` / SIGSEGV, `Segmentation fault` (an error class: names no "
          "cause)", names_cause=False),
+    sig("multinomial-invalid-probabilities", "sampling from inf/NaN probabilities",
+         [r"probability tensor contains either `inf`, `nan` or element < 0",
+          r"sampleMultinomialOnce.*Assertion `[^`]*(?:isinf|isnan|>= zero)[^`]*` failed"],
+         "torch.multinomial (sampling: generate(do_sample=True), a policy's actions) got "
+         "probabilities that are inf, NaN or negative: the model's outputs overflowed or "
+         "diverged (fp16 overflow, a learning rate too high, a broken checkpoint)",
+         "find where the values become inf or NaN (check the loss and the logits; "
+         "torch.autograd.set_detect_anomaly(True)); run in bf16 or fp32 instead of fp16, "
+         "lower the learning rate, or resume from an earlier checkpoint",
+         FAULT, "`probability tensor contains either inf, nan or element < 0`, torch 0.4's "
+         "device assert in sampleMultinomialOnce",
+         suppresses=("cuda-device-assert",)),
     sig("cuda-device-assert", "CUDA device-side assert",
-         [r"device-side assert triggered", r"\.cu:\d+: .*Assertion `[^`]+` failed"],
+         [r"device-side assert triggered", r"\.cu:\d+: .*Assertion `[^`]+` failed",
+          r"\.hip:\d+: .*Device-side assertion `",                       # ROCm
+          r"block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion `index out of bounds"],
          "a CUDA kernel's bounds check failed: usually a class label or index out of range "
          "(labels >= number of classes, negative indices, an embedding index >= vocabulary)",
          "check label and index ranges on CPU for the failing batch; rerun with "
          "CUDA_LAUNCH_BLOCKING=1 to see the operation that failed",
          FAULT, "`device-side assert triggered`, a kernel's `Assertion ... failed`"),
     sig("cuda-illegal-memory-access", "illegal memory access on the GPU",
-         [r"an illegal memory access was encountered"],
+         [r"an illegal memory access was encountered",
+          r"unspecified launch failure"],       # CUDA error 719: a kernel that faulted
          "a CUDA kernel read or wrote outside its memory: a bug in a custom/compiled kernel, a "
          "version mismatch of an extension, or (rarely) faulty hardware",
          "rerun with CUDA_LAUNCH_BLOCKING=1 (and compute-sanitizer) to find the kernel; update or "
@@ -1249,12 +1493,27 @@ CATALOG: tuple[Signature, ...] = (
     sig("device-mismatch", "tensors on different devices",
          [r"Expected all tensors to be on the same device",
           r"Input type \(torch\.cuda\.\w+\) and weight type \(torch\.\w+\) should be the same",
+          r"Input type \(torch\.\w+\) and weight type \(torch\.cuda\.\w+\) should be the same",
+          # torch 1.0-1.1, then 1.2-1.5
+          r"Expected object of backend \w+ but got backend \w+ for argument",
+          r"Expected object of device type \w+ but got device type \w+ for argument",
+          r"arguments are located on different GPUs",                    # torch <= 0.4
+          r"to have the same device as tensor for argument #\d+ '\w+'; but device \d+ does "
+          r"not equal \d+",                                              # torch 1.0-1.8
+          r"Placeholder storage has not been allocated on MPS device",
           r"Tensor on device \S+ is not on the expected device \S+",
           r"expected device \S+ but got device \S+"],
-         "an operation mixed tensors on different devices: the model on GPU and the batch on "
-         "CPU, code that puts a tensor on the default GPU (.cuda(), 'cuda', cuda:0) instead of "
-         "this rank's, or a rank given another GPU than its model's (a launcher or framework "
-         "that counted the processes per node or LOCAL_RANK wrongly)",
+         lambda h: ("an operation got tensors on two GPUs of one process ("
+                    + ", ".join(sorted(set(re.findall(r"cuda:\d+", h.line))))
+                    + "): a model spread over several GPUs (device_map='auto' or a hand-made "
+                    "split) whose block got its input on another GPU than its weights, or "
+                    "code that puts a tensor on a fixed GPU (.cuda(), cuda:0) instead of this "
+                    "rank's" if len(set(re.findall(r"cuda:\d+", h.line))) > 1 else
+                    "an operation mixed tensors on different devices: the model on GPU and the "
+                    "batch on CPU, code that puts a tensor on the default GPU (.cuda(), 'cuda', "
+                    "cuda:0) instead of this rank's, or a rank given another GPU than its "
+                    "model's (a launcher or framework that counted the processes per node or "
+                    "LOCAL_RANK wrongly)"),
          "move the model and every batch to the rank's device (model.to(device), "
          "batch.to(device)) with device = cuda:LOCAL_RANK (meshrun.init_distributed().device)",
          FAULT, "`Expected all tensors to be on the same device`"),
@@ -1334,6 +1593,17 @@ CATALOG: tuple[Signature, ...] = (
          "call meshrun.init_distributed() (or torch.distributed.init_process_group("
          "backend=os.environ['MESHRUN_BACKEND'])) at the start of the script",
          FAULT, "`Default process group has not been initialized`"),
+    sig("pg-not-initialized", "DeepSpeed's communication not set up",
+         [r"DeepSpeed backend not set, please initialize it using init_process_group\(\)",
+          r"Distributed [Bb]ackend is not initialized\.? Please set dist_init_required"],
+         "DeepSpeed's communication layer was not set up: the script created no process group "
+         "through DeepSpeed (deepspeed.init_distributed()), or set up torch.distributed itself "
+         "where this DeepSpeed version wants its own call, or none at all",
+         "call deepspeed.init_distributed() before deepspeed.initialize() (it creates torch's "
+         "process group too), or pass dist_init_required=True to deepspeed.initialize()",
+         FAULT, "DeepSpeed's `DeepSpeed backend not set, please initialize it using "
+         "init_process_group()`, `Distributed backend is not initialized. Please set "
+         "dist_init_required to True`"),
     sig("nccl-unhandled-cuda-error", "NCCL: CUDA call failed",
          [r"ncclUnhandledCudaError\b", r"unhandled cuda error"],
          lambda h: ("a CUDA call inside NCCL failed on this rank (out of memory, a driver/"
@@ -1343,7 +1613,9 @@ CATALOG: tuple[Signature, ...] = (
          FAULT, "`ncclUnhandledCudaError`, `unhandled cuda error`", names_cause=False),
     sig("nccl-bootstrap-failed", "NCCL bootstrap could not connect",
          [r"NCCL INFO bootstrap\.cc:\d+ -> 2\b",
-          r"socketStartConnect: Connect to (?P<peer>\S+) failed"],
+          r"socketStartConnect: Connect to (?P<peer>\S+) failed",
+          r"socket\.h:\d+ (?:NCCL )?WARN (?:Net : )?Connect to (?P<peer>\S+) failed",
+          r"socket\.h:\d+ (?:NCCL )?WARN Call to connect failed"],
          bootstrap_cause,
          "set NCCL_SOCKET_IFNAME to the interface that connects the nodes (meshrun sets it per "
          "node from the route to the master; check the plan's env rows), and open the ports "
@@ -1413,7 +1685,8 @@ CATALOG: tuple[Signature, ...] = (
            r"(?P<err>\d+)"),
           r"\bIBV_WC_\w+_ERR\b",
           r"NET/IB ?: Got async event ?: (?P<async>port error)",
-          r"Call to ibv_modify_qp failed with error (?P<qp>Connection timed out|No route to host)"],
+          r"Call to ibv_modify_qp failed with error (?P<qp>Connection timed out|No route to host)",
+          r"Transport retry count exceeded on (?P<dev>\S+)"],
          lambda h: ("an InfiniBand port of this node reported errors (NCCL's async event: port "
                     "error): a flapping link (a bad cable, transceiver, switch port or HCA); "
                     "NCCL's transfers over it fail or stall" if h.group("async") else

@@ -238,10 +238,15 @@ def module_cause(hit: Hit) -> str:
 
 
 def abi_cause(hit: Hit) -> str:
-    so = hit.group("so")
+    if "torchvision" in hit.line:
+        return ("torchvision's compiled operators were built for another torch than the one "
+                "installed (torch upgraded without torchvision, or the two from different "
+                "sources)")
+    so, sym = hit.group("so"), hit.group("sym")
     which = f"{os.path.basename(so)} was" if so else "a compiled extension was"
-    return (f"{which} built against a different torch (or CUDA) than the one installed: its "
-            f"symbol {hit.group('sym', '?')} does not exist here")
+    what = f"its symbol {sym} does not exist here" if sym else "a function it needs is not here"
+    return (f"{which} built against a different torch (or CUDA) than the one installed: "
+            f"{what}")
 
 
 def space_cause(hit: Hit) -> str:
@@ -341,6 +346,10 @@ def bootstrap_cause(hit: Hit) -> str:
 
 
 def nccl_not_built_cause(hit: Hit) -> str:
+    if "THD package" in hit.line:   # torch 0.4-1.0's distributed backend
+        return ("this torch (0.4-1.0, whose distributed backend is THD) was built without NCCL "
+                "2: a source build that found no NCCL 2 (or took the NCCL 1 it bundles), or a "
+                "nightly built without it")
     if hit.device == "cpu":
         return ("the script asks for the nccl backend, but meshrun planned a CPU run and this "
                 "torch has no NCCL (CPU-only builds, Windows and macOS never do)")
@@ -349,7 +358,11 @@ def nccl_not_built_cause(hit: Hit) -> str:
 
 
 def arch_cause(hit: Hit) -> str:
-    sm = hit.group("sm")
+    sm, cc = hit.group("sm"), hit.group("cc")
+    if "no longer supports" in hit.line:   # torch.cuda's warning on a GPU this build dropped
+        gpu = f"this GPU (compute capability {cc})" if cc else "this GPU"
+        return (f"{gpu} is older than any architecture this torch build has kernels for: "
+                "its wheels dropped that GPU generation")
     gpu = f"this GPU ({sm})" if sm else "this GPU"
     return (f"{gpu} is not among the architectures this torch or a compiled extension was "
             "built for: a newer GPU with an older build, or an extension compiled on another "
@@ -359,8 +372,12 @@ def arch_cause(hit: Hit) -> str:
 def toolkit_cause(hit: Hit) -> str:
     torch = hit.group("torch") or re.search(r"PyTorch \(([\d.]+)\)", hit.text)
     torch = torch if isinstance(torch, str) or torch is None else torch.group(1)
-    return (f"the CUDA toolkit on this node ({hit.group('sys')}) is not the one torch was built "
-            f"with ({torch or 'another version'}): extensions compiled here (DeepSpeed's ops, apex, "
+    system = hit.group("sys") or said(hit.text, r"Cuda compilation tools, release ([\d.]+)",
+                                      "{}")
+    torch = torch or said(hit.text, r"Pytorch binaries were compiled with Cuda ([\d.]*\d)", "{}")
+    here = f" ({system})" if system else ""
+    return (f"the CUDA toolkit on this node{here} is not the one torch was built with "
+            f"({torch or 'another version'}): extensions compiled here (DeepSpeed's ops, apex, "
             "flash-attn) fail to build or load")
 
 
