@@ -890,5 +890,17 @@ def test_other_wordings_of_known_causes_and_their_look_alikes():
     assert first("Traceback (most recent call last):\n  File \"train.py\", line 9, in <module>\n"
                  "FileNotFoundError: [Errno 2] No such file or directory\n") != "shm-not-writable"
     assert first("RuntimeError: CUDA error: initialization error\n") != "cuda-fork-reinit"
+    # the sixteenth set's codes: stale flags (not the launcher's --local-rank), DDP's device
+    # ids for a CPU model (not a model over two GPUs)
+    assert first("train.py: error: unrecognized arguments: --ground_truths_key x\n") == \
+        "script-arguments-unknown"
+    assert first("train.py: error: unrecognized arguments: --local-rank=0\n") == \
+        "local-rank-argument"
+    ddp = ("ValueError: DistributedDataParallel device_ids and output_device arguments only "
+           "work with single-device/multiple-device GPU modules or CPU modules, but got "
+           "device_ids [{}], output_device {}, and module parameters {{{}}}.\n")
+    assert first(ddp.format("None", "None", "device(type='cpu')")) == "ddp-model-on-cpu"
+    assert first(ddp.format("0", "0", "device(type='cuda', index=0), device(type='cuda', "
+                            "index=1)")) == "device-map-auto-with-ddp"
     assert first("  File \"/opt/torch/utils/data/_utils/worker.py\", line 287, in _worker_loop\n"
                  "RuntimeError: CUDA error: initialization error\n") == "cuda-fork-reinit"

@@ -28,10 +28,10 @@ CASES = cases()
 HELDOUT = heldout()
 WORDED = cases(WORDINGS)
 # docs/diagnose.md#how-good-is-it, 2026-11-27 (late): development 343 of 405 (the first
-# twelve held-out sets in it), held-out: the thirteenth to sixteenth sets, 19 of 47 (the
+# twelve held-out sets in it), held-out: the thirteenth to sixteenth sets, 23 of 47 (the
 # thirteenth and fourteenth read after their blind figures, 3 of 16 with 2 wrong and 0 of
-# 15; the fifteenth blind, 1 of 4; the sixteenth 1 of 12 with 1 wrong, then read: 2 of 12)
-RIGHT_AT_LEAST = {"development": 0.84, "held-out": 0.40}
+# 15; the fifteenth blind, 1 of 4; the sixteenth 1 of 12 with 1 wrong, then read: 6 of 12)
+RIGHT_AT_LEAST = {"development": 0.84, "held-out": 0.48}
 
 
 def test_the_corpus_is_big_enough_and_its_headers_are_sound():

@@ -532,6 +532,39 @@ CATALOG: tuple[Signature, ...] = (
          "fetch the real file: git lfs install && git lfs pull in the repository, or download "
          "it again (huggingface-cli download ...); head -c 100 FILE shows what it is",
          FAULT, "safetensors' `Error while deserializing header: HeaderTooLarge`"),
+    sig("ddp-model-on-cpu", "DDP given GPU ids for a model on the CPU",
+         [r"only work with single-device/multiple-device GPU modules or CPU modules, but got "
+          r"device_ids \[[^\]]*\], output_device \S+, and module parameters "
+          r"\{device\(type='cpu'\)\}"],
+         "DistributedDataParallel was given GPU ids for a model whose parameters are on the "
+         "CPU: the model was never moved to its GPU, or the framework was told to use no GPU "
+         "while still asked for DDP (Lightning's gpus=0 or gpus='0' means no GPU, not GPU 0)",
+         "move the model to the rank's GPU before wrapping it (model.to(f'cuda:{local_rank}')), "
+         "or pass no device_ids for a CPU run; in Lightning ask for devices=1 (or gpus=[0]) "
+         "for GPU 0",
+         SETUP, "DDP's `device_ids and output_device arguments only work with ... but got "
+         "device_ids [...], ..., and module parameters {device(type='cpu')}`"),
+    sig("library-single-gpu-only", "the library refuses multi-GPU training",
+         # not private-transformers' `Multi-gpu and distributed training is currently not
+         # supported`: a newer transformers made its check refuse one GPU too
+         [r"currently does not work on multi GPU setups"],
+         "the library this script trains with refuses to run on more than one GPU or in "
+         "distributed training: this version of it does not support that (its own check "
+         "says so)",
+         "run it on one GPU (CUDA_VISIBLE_DEVICES=0, one process: --nproc-per-node 1), or use "
+         "a version or another library that supports multi-GPU training",
+         SETUP, "a library's own refusal: Unsloth's `currently does not work on multi GPU "
+         "setups`"),
+    sig("mmcv-datacontainer-unwrapped", "an mmcv DataContainer reached the model",
+         [r"received an invalid combination of arguments - got \(DataContainer,"],
+         "the batch reached the model still wrapped in mmcv's DataContainer: mmcv's own "
+         "wrappers (MMDataParallel, MMDistributedDataParallel) unwrap it, so the model was "
+         "wrapped in torch's DataParallel or DDP instead, or the installed mmcv does not match "
+         "this mmdetection/mmsegmentation code",
+         "install the mmcv version this code base names (its README or mmcv's compatibility "
+         "table), and wrap the model with mmcv's MMDistributedDataParallel as its train script "
+         "does",
+         FAULT, "`... received an invalid combination of arguments - got (DataContainer, ...`"),
     sig("device-map-auto-with-ddp", "device_map='auto' in a multi-process job",
          [r"You can't train a model that has been loaded with `device_map='auto'` in any "
           r"distributed mode",
@@ -863,6 +896,22 @@ CATALOG: tuple[Signature, ...] = (
          launcher_cause, LAUNCHER_FIX, SETUP,
          "a frame reading `os.environ[\"LOCAL_RANK\"]` with the KeyError's bare message "
          "`'LOCAL_RANK'`", confirm=r"(?m)^\s*'{var}'\s*$"),
+    sig("script-arguments-unknown", "arguments the script does not define",
+         [r"error: unrecognized arguments: (?P<args>.+)",
+          r"Some specified arguments are not used by the HfArgumentParser: (?P<args>\[.+\])"],
+         lambda h: ("the command passes arguments the script does not define ("
+                    + h.group("args") + "): renamed or removed in this version of the script "
+                    "(a launch script or "
+                    "README from another version), misspelled, or a launcher's own option "
+                    "written after the script's name (torchrun train.py --nproc_per_node 2 "
+                    "hands it to the script)"),
+         "compare the flags with the script's --help in this version and its example launch "
+         "scripts; drop or rename the ones it lists; put the launcher's options before the "
+         "script (meshrun run [options] -- train.py [its arguments])",
+         SETUP, "argparse's `error: unrecognized arguments: ...`, HfArgumentParser's `Some "
+         "specified arguments are not used by the HfArgumentParser: [...]` (not the launcher's "
+         "--local-rank: `local-rank-argument`)",
+         exclude=r"--local[-_]rank"),
     sig("local-rank-argument", "--local-rank not accepted",
          [r"unrecognized arguments: .*--local[-_]rank(?:[= ]\d+|\s|$)",
           r"Some specified arguments are not used by the HfArgumentParser: \[.*'--local[-_]rank"],
