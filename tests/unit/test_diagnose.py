@@ -902,5 +902,27 @@ def test_other_wordings_of_known_causes_and_their_look_alikes():
     assert first(ddp.format("None", "None", "device(type='cpu')")) == "ddp-model-on-cpu"
     assert first(ddp.format("0", "0", "device(type='cuda', index=0), device(type='cuda', "
                             "index=1)")) == "device-map-auto-with-ddp"
+    # a read-through's look-alikes (its logs in the words of real threads): SLURM's note on
+    # a finished job, CUDA's error 3 under torchrun (no fork), a notebook's own arguments,
+    # torch's own DLL on Windows, an operator a CUDA build lacks, a display card's warning
+    # beside the real error, a job ended by its time limit
+    assert first("slurmstepd: error: Exceeded job memory limit at some point.\n") == "-"
+    assert first("E0302 14:01:31.120000 2281 torch/distributed/elastic/multiprocessing/api.py:"
+                 "869] failed (exitcode: 1) local_rank: 1\n[rank1]: RuntimeError: CUDA error: "
+                 "initialization error\n") != "cuda-fork-reinit"
+    assert first("ipykernel_launcher.py: error: unrecognized arguments: -f /root/.local/share/"
+                 "jupyter/runtime/kernel-3f2a.json\n") != "script-arguments-unknown"
+    assert first('OSError: [WinError 127] The specified procedure could not be found. Error '
+                 'loading "C:\\venv\\Lib\\site-packages\\torch\\lib\\torch_python.dll" or one '
+                 'of its dependencies.\n') != "torch-abi-mismatch"
+    assert first("NotImplementedError: Could not run 'aten::slow_conv3d_forward' with "
+                 "arguments from the 'CUDA' backend.\n") != "cuda-on-cpu-torch"
+    assert first("    Found GPU1 NVIDIA GeForce GT 710 which is of cuda capability 3.5.\n"
+                 "    PyTorch no longer supports this GPU because it is too old.\n"
+                 "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n") == \
+        "cuda-oom"
+    assert first("slurmstepd: error: *** JOB 4412873 ON gpu-a07 CANCELLED AT 2024-06-02T14:00:12 "
+                 "DUE TO TIME LIMIT ***\n/var/spool/slurmd/job4412873/slurm_script: line 24: "
+                 "181233 Killed                  python train.py\n") == "slurm-time-limit"
     assert first("  File \"/opt/torch/utils/data/_utils/worker.py\", line 287, in _worker_loop\n"
                  "RuntimeError: CUDA error: initialization error\n") == "cuda-fork-reinit"

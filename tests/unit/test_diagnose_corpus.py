@@ -27,7 +27,7 @@ from meshrun import diagnose  # noqa: E402
 CASES = cases()
 HELDOUT = heldout()
 WORDED = cases(WORDINGS)
-# docs/diagnose.md#how-good-is-it, 2026-11-27 (late): development 343 of 405 (the first
+# docs/diagnose.md#how-good-is-it, 2026-11-27 (late): development 344 of 406 (the first
 # twelve held-out sets in it), held-out: the thirteenth to sixteenth sets, 23 of 47 (the
 # thirteenth and fourteenth read after their blind figures, 3 of 16 with 2 wrong and 0 of
 # 15; the fifteenth blind, 1 of 4; the sixteenth 1 of 12 with 1 wrong, then read: 6 of 12)

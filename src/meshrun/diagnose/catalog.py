@@ -68,13 +68,19 @@ _LOW_PORT = r"(?P<port>\d{1,3}|10[01]\d|102[0-3])"   # 0-1023: only root may lis
 
 _NO_TOOLKIT = ("a package built a CUDA extension (torch.utils.cpp_extension: its setup.py, "
                "such as DeepSpeed's, apex's or flash-attn's, or a JIT load at run time) and "
-               "found no CUDA toolkit: CUDA_HOME is not set and no nvcc is on PATH or in "
-               "/usr/local/cuda; the NVIDIA driver and torch's own CUDA libraries do not "
-               "include the compiler")
+               "found no CUDA compiler: CUDA_HOME is not set, or names a CUDA folder without "
+               "nvcc (a runtime-only image, conda's cudatoolkit), and no nvcc is on PATH; the "
+               "NVIDIA driver and torch's own CUDA libraries do not include the compiler")
 _NO_TOOLKIT_FIX = ("install the CUDA toolkit of the CUDA version torch was built with (python "
                    "-c 'import torch; print(torch.version.cuda)'), or use an image that has it "
                    "(a -devel image), then export CUDA_HOME=/usr/local/cuda-X.Y (its bin/nvcc "
                    "must exist) and build again")
+#: a download in the log (the HTTP client's name lookup failed for it)
+_DOWNLOADING = re.compile(r"torchvision|torch[/\\.]hub|huggingface|from_pretrained|"
+                          r"pretrained=True|[Dd]ownload|urlretrieve")
+_ABI_FIX = ("reinstall that package against this torch (pip install --force-reinstall "
+            "--no-build-isolation PACKAGE), or install the torch it was built for; use one "
+            "image on every node")
 _DS_NO_NVCC = ("DeepSpeed builds its CUDA ops (fused Adam, ...) on first use and found no CUDA "
                "toolkit (nvcc, CUDA_HOME): a runtime-only image or a CPU machine")
 _DS_NO_NVCC_FIX = ("use an image with the CUDA toolkit (a -devel CUDA image) and CUDA_HOME set, "
@@ -119,8 +125,7 @@ CATALOG: tuple[Signature, ...] = (
          suppresses=("python-module-missing",)),
     sig("numpy-version-mismatch", "numpy too new for this torch",
          [r"compiled using NumPy 1\.x cannot be run in",
-          r"_ARRAY_API not found",
-          r"Could not infer dtype of numpy\.\w+"],
+          r"_ARRAY_API not found"],
          "numpy 2 is installed but this torch (or another extension) was built against numpy "
          "1.x: torch cannot use numpy (\"Numpy is not available\", \"Failed to initialize "
          "NumPy\"), and torch.distributed's object collectives fail",
@@ -131,7 +136,8 @@ CATALOG: tuple[Signature, ...] = (
          suppresses=("numpy-missing", "numpy-unusable")),
     sig("numpy-unusable", "torch cannot use numpy",
          [r"RuntimeError: Numpy is not available", r"Failed to initialize NumPy",
-          r"PyTorch was compiled without NumPy support"],
+          r"PyTorch was compiled without NumPy support",
+          r"Could not infer dtype of numpy\.\w+"],          # numpy 2's scalars, or an old numpy
          "torch cannot use numpy on this rank: numpy is not installed in the workers' "
          "environment (torch's wheel does not depend on it), or it is numpy 2 and this torch "
          "(< 2.3) was built against numpy 1.x; torch.distributed's object collectives, "
@@ -245,8 +251,8 @@ CATALOG: tuple[Signature, ...] = (
     sig("deepspeed-no-cuda-compiler", "DeepSpeed cannot compile its CUDA ops",
          [r"No such file or directory: '(?P<nvcc>[^']*/bin/nvcc)'"],
          _DS_NO_NVCC, _DS_NO_NVCC_FIX,
-         SETUP, "a missing `.../bin/nvcc` in a log that names DeepSpeed",
-         confirm=r"(?i)deepspeed", suppresses=("cuda-toolkit-missing",)),
+         SETUP, "a missing `.../bin/nvcc` under DeepSpeed's frames",
+         near=r"(?i)deepspeed", suppresses=("cuda-toolkit-missing",)),
     sig("ninja-missing", "no Ninja to build an extension",
          [r"Ninja is required to load C\+\+ extensions",
           r"\[Errno 2\] No such file or directory: 'ninja'",
@@ -324,7 +330,8 @@ CATALOG: tuple[Signature, ...] = (
          "multiprocessing.set_start_method('spawn'))",
          FAULT, "CUDA's `initialization error` (error 3) in a log of forked processes "
          "(DataLoader workers, multiprocessing)",
-         confirm=r"DataLoader worker|multiprocessing|[Ff]ork|_worker_loop|Process-\d+"),
+         confirm=r"DataLoader worker|_worker_loop|popen_fork|[Ff]orked|multiprocessing[/\\]"
+                 r"(?:process|pool)\.py"),
     sig("spawn-main-guard", "processes started at import",
          [r"An attempt has been made to start a new process before the",
           r"has finished its bootstrapping phase"],
@@ -470,7 +477,6 @@ CATALOG: tuple[Signature, ...] = (
          [r"PytorchStreamReader failed reading zip archive: failed finding central directory",
           r"PytorchStreamReader failed reading file \S+: file read failed",
           r"unexpected EOF(?:, expected \d+ more bytes)?\. The file might be corrupted",
-          r"storage has wrong size: expected \d+ got \d+",
           r"Error while deserializing header: MetadataIncompleteBuffer"],
          "a checkpoint file is incomplete: its save was cut short (the disk filled, the process "
          "was killed while writing, a copy or download did not finish), so torch.load finds no "
@@ -481,6 +487,15 @@ CATALOG: tuple[Signature, ...] = (
          FAULT, "torch.load's `PytorchStreamReader failed reading zip archive: failed finding "
          "central directory` (and `... failed reading file ...: file read failed`, `unexpected "
          "EOF, expected N more bytes. The file might be corrupted`)"),
+    # torch.load's legacy reader: a storage shorter than its header says
+    sig("checkpoint-truncated", "the checkpoint file is broken",
+         [r"storage has wrong size: expected \d+ got \d+"],
+         "a checkpoint file is incomplete or broken: its save, copy or download was cut short, "
+         "or more than one process wrote it at once, so a storage in it is shorter than its "
+         "header says",
+         "resume from the previous checkpoint or download it again (move the broken file "
+         "away); save from one rank only, to a temporary name renamed when whole",
+         FAULT, "torch.load's legacy reader's `storage has wrong size: expected N got M`"),
     # torch.load's legacy (pickle) reader meets the end of a file cut short
     sig("checkpoint-truncated", "the checkpoint file is cut short",
          [r"EOFError: Ran out of input"],
@@ -505,13 +520,14 @@ CATALOG: tuple[Signature, ...] = (
          "archive is corrupted` (its text names both causes)",
          also=("checkpoint-multi-rank-race",)),
     sig("checkpoint-saved-device-missing", "checkpoint saved on a GPU this process lacks",
-         [r"invalid device ordinal"],
+         [r"THCudaCheck FAIL file=\S+ line=\d+ error=10 : invalid device ordinal"],
          "the checkpoint's tensors were saved on a GPU this process does not have: torch.load "
          "puts each tensor back on the device it was saved from, and this process sees fewer "
          "GPUs",
          "load with map_location (torch.load(path, map_location=f'cuda:{local_rank}') or "
          "'cpu'), then move the model to this rank's device",
-         FAULT, "`invalid device ordinal` in a log whose traceback is torch.load's",
+         FAULT, "torch <= 1.0's `THCudaCheck FAIL ... error=10 : invalid device ordinal` in a log "
+         "whose traceback is torch.load's",
          confirm=r"torch[/\\]serialization\.py\", line \d+, in (?:load|_load|"
                  r"default_restore_location|_cuda_deserialize|restore_location)\b",
          suppresses=("invalid-device-ordinal",)),
@@ -747,7 +763,8 @@ CATALOG: tuple[Signature, ...] = (
           r"Torch not compiled with CUDA enabled",
           r"Cannot initialize CUDA without ATen_cuda library",            # torch 1.0-1.2
           # an aten operator without a CUDA kernel: a torch without CUDA (macOS, CPU wheels)
-          r"Could not run 'aten::\w+' with arguments from the 'CUDA' backend"],
+          r"Could not run 'aten::(?:empty_strided|empty\.memory_format|_to_copy|_copy_from)' "
+          r"with arguments from the 'CUDA' backend"],
          cpu_torch_cause, cpu_torch_fix,
          SETUP, "`module 'torch._C' has no attribute '_cuda_setDevice'` (and other `_cuda_*`), "
          "`Torch not compiled with CUDA enabled`; the cause and fix follow meshrun's plan (a "
@@ -767,24 +784,27 @@ CATALOG: tuple[Signature, ...] = (
     sig("gpu-arch-unsupported", "GPU too new (or old) for the build",
          [r"with CUDA capability (?P<sm>sm_\d+) is not compatible with the current PyTorch",
           r"no kernel image is available for execution on the device",
-          r"cuda runtime error \(8\) : invalid device function",        # torch <= 1.0
-          # torch.cuda's warning: the build has no kernels for a GPU this old
-          r"which is of cuda capability (?P<cc>[\d.]+)\.\s*PyTorch no longer supports this "
+          r"cuda runtime error \(8\) : invalid device function"],       # torch <= 1.0
+         arch_cause,
+         "install a torch built for this GPU (Blackwell sm_120 needs the CUDA 12.8 wheels or "
+         "newer), and rebuild compiled extensions with TORCH_CUDA_ARCH_LIST naming every GPU "
+         "model the job runs on (e.g. 8.0;9.0)",
+         SETUP, "`with CUDA capability sm_N is not compatible with the current PyTorch "
+         "installation`, `no kernel image is available for execution on the device`, torch "
+         "1.0's `invalid device function`",
+         suppresses=("nccl-unhandled-cuda-error", "cuda-illegal-memory-access")),
+    # torch.cuda's warning: a GPU this build has no kernels for; advice, since any visible GPU
+    # (a display card the job never uses) gives it
+    sig("gpu-arch-unsupported", "GPU too old for the build",
+         [r"which is of cuda capability (?P<cc>[\d.]+)\.\s*PyTorch no longer supports this "
           r"GPU because it is too old",
           r"PyTorch no longer supports this GPU because it is too old"],   # on its own line
          arch_cause,
-         lambda h: ("install an older torch whose wheels still have kernels for this GPU, or "
-                    "build torch from source with TORCH_CUDA_ARCH_LIST naming it; or run on "
-                    "newer GPUs" if "no longer supports" in h.line else
-                    "install a torch built for this GPU (Blackwell sm_120 needs the CUDA 12.8 "
-                    "wheels or newer), and rebuild compiled extensions with "
-                    "TORCH_CUDA_ARCH_LIST naming every GPU model the job runs on (e.g. "
-                    "8.0;9.0)"),
-         SETUP, "`with CUDA capability sm_N is not compatible with the current PyTorch "
-         "installation`, `no kernel image is available for execution on the device`, torch "
-         "1.0's `invalid device function`, torch.cuda's `PyTorch no longer supports this GPU "
-         "because it is too old`",
-         suppresses=("nccl-unhandled-cuda-error", "cuda-illegal-memory-access")),
+         "install an older torch whose wheels still have kernels for this GPU, or build torch "
+         "from source with TORCH_CUDA_ARCH_LIST naming it; or hide it from the job "
+         "(CUDA_VISIBLE_DEVICES) if the job does not use it",
+         ADVICE, "torch.cuda's warning `PyTorch no longer supports this GPU because it is too "
+         "old`"),
     sig("cuda-toolkit-mismatch", "CUDA toolkit differs from torch's",
          [(r"Installed CUDA version (?P<sys>\S+) does not match the version torch was compiled "
            r"with (?P<torch>[\d.]+)"),
@@ -878,8 +898,7 @@ CATALOG: tuple[Signature, ...] = (
          SETUP, "`environment variable MASTER_ADDR expected, but not set`, `KeyError: 'RANK'` "
          "(and LOCAL_RANK, WORLD_SIZE, MASTER_PORT)"),
     sig("launcher-env-missing", "SLURM variables outside a SLURM job",
-         [r"KeyError: '(?P<var>SLURM_(?:PROCID|NODEID|LOCALID|NTASKS|NNODES|JOB_ID|"
-          r"STEP_NUM_TASKS|JOB_NUM_NODES|NTASKS_PER_NODE)\w*)'"],
+         [r"KeyError: '(?P<var>SLURM_(?:PROCID|NODEID|LOCALID|JOB_ID|JOBID))'"],
          lambda h: (f"the script (or its framework's SLURM support, e.g. Lightning's "
                     f"SLURMEnvironment) reads {h.group('var')}, which only SLURM sets inside a "
                     "job step, but it was started outside one (python train.py or torchrun on "
@@ -887,7 +906,8 @@ CATALOG: tuple[Signature, ...] = (
          "start it inside a SLURM job step (srun within an sbatch or salloc allocation: meshrun "
          "render slurm writes one), or let the framework pick the environment instead of "
          "forcing SLURM's",
-         SETUP, "`KeyError: 'SLURM_PROCID'` (and SLURM_NODEID, SLURM_LOCALID, SLURM_NTASKS, ...)"),
+         SETUP, "`KeyError: 'SLURM_PROCID'` (and SLURM_NODEID, SLURM_LOCALID, SLURM_JOB_ID: set "
+         "for every task of a job; not SLURM_NTASKS, which a job may lack)"),
     # the same, where only the KeyError's message was kept (an IDE's or a logger's str(exc):
     # a bare 'LOCAL_RANK' line) beside the frame that read the variable
     sig("launcher-env-missing", "started without a launcher",
@@ -911,7 +931,7 @@ CATALOG: tuple[Signature, ...] = (
          SETUP, "argparse's `error: unrecognized arguments: ...`, HfArgumentParser's `Some "
          "specified arguments are not used by the HfArgumentParser: [...]` (not the launcher's "
          "--local-rank: `local-rank-argument`)",
-         exclude=r"--local[-_]rank"),
+         exclude=r"--local[-_]rank|ipykernel|kernel-[\w-]+\.json"),
     sig("local-rank-argument", "--local-rank not accepted",
          [r"unrecognized arguments: .*--local[-_]rank(?:[= ]\d+|\s|$)",
           r"Some specified arguments are not used by the HfArgumentParser: \[.*'--local[-_]rank"],
@@ -1020,16 +1040,20 @@ CATALOG: tuple[Signature, ...] = (
          "'https://huggingface.co'`, on the exception that ended the rank (a retry warning "
          "is advice)",
          suppresses=("master-dns-failure",)),
-    # a name lookup that failed under a download's own frames (torch.hub, torchvision's
-    # weights, urllib, http.client), not the job's store
+    # a name lookup that failed under an HTTP client's frames (a download: torch.hub,
+    # torchvision's weights, the Hugging Face hub; or another web service), not the job's store
     sig("network-download-failed", "cannot reach the download host",
          [r"socket\.gaierror: \[Errno -?\d+\] (?:Temporary failure in name resolution|Name or "
           r"service not known|nodename nor servname provided|getaddrinfo failed)"],
-         download_cause,
+         lambda h: (download_cause(h) if _DOWNLOADING.search(h.text) else
+                    "this node cannot resolve the web host the script's HTTP client contacts "
+                    "(a model or dataset download, a hub, a tracking server, an etcd "
+                    "endpoint): compute nodes often have no internet access or no DNS for "
+                    "outside names; it is not the job's master address"),
          "download the files beforehand to storage every node sees (torch.hub's TORCH_HOME, "
          "HF_HOME on a shared volume) and load them from there, or give the compute nodes a "
-         "proxy",
-         SETUP, "`socket.gaierror` under http.client's, urllib's or torch.hub's frames",
+         "proxy; for another service, check its host name on the node (getent hosts NAME)",
+         SETUP, "`socket.gaierror` under http.client's, urllib's, requests' or torch.hub's frames",
          near=r"[/\\]http[/\\]client\.py\b|[/\\]urllib3?[/\\]|[/\\]requests[/\\]|"
               r"torch[/\\]hub\.py|load_state_dict_from_url|download_url|huggingface_hub",
          suppresses=("master-dns-failure",)),
@@ -1110,6 +1134,12 @@ CATALOG: tuple[Signature, ...] = (
          "libnccl.so, import torch before libraries that load their own NCCL",
          SETUP, "`libtorch_cuda.so: undefined symbol: ncclCommRegister` (any `nccl*` symbol)",
          suppresses=("torch-abi-mismatch",)),
+    # Windows' words for an extension's missing symbol (not torch's own DLLs: a broken torch)
+    sig("torch-abi-mismatch", "extension built for another torch",
+         [r"\[WinError 127\] The specified procedure could not be found"],
+         abi_cause, _ABI_FIX,
+         SETUP, "Windows' `[WinError 127] The specified procedure could not be found` (not for "
+         "torch's own `torch\\lib` DLLs)", exclude=r"torch[/\\]lib[/\\]"),
     sig("mkl-too-new-for-torch", "an MKL newer than this torch",
          [r"undefined symbol: iJIT_NotifyEvent"],
          "this torch's libtorch_cpu.so needs iJIT_NotifyEvent, which Intel's MKL removed in "
@@ -1124,13 +1154,10 @@ CATALOG: tuple[Signature, ...] = (
           r"undefined symbol: (?P<sym>\S+)",
           (r"DLL load failed while importing (?P<so>\w+): The specified procedure could not be "
            r"found"),
-          r"\[WinError 127\] The specified procedure could not be found",
-          r"Symbol not found: (?P<sym>__ZN\S+)",                           # macOS
+          r"Symbol not found: (?P<sym>__ZN(?:3c10|2at|5torch)\S*)",       # macOS, torch's
           r"Couldn't load custom C\+\+ ops\. This can happen if your PyTorch and torchvision"],
          abi_cause,
-         "reinstall that package against this torch (pip install --force-reinstall "
-         "--no-build-isolation PACKAGE), or install the torch it was built for; use one image "
-         "on every node",
+         _ABI_FIX,
          SETUP, "`ImportError: ...so: undefined symbol: ...`"),
     sig("cuda-driver-too-old", "NVIDIA driver too old",
          [r"The NVIDIA driver on your system is too old \(found version (?P<ver>\d+)\)",
@@ -1369,9 +1396,19 @@ CATALOG: tuple[Signature, ...] = (
          "shell's `line N: PID Killed ...`, `torch.multiprocessing.spawn`'s `process N "
          "terminated with signal SIGKILL`, `exit code 137 (interrupted by signal 9: SIGKILL)`, "
          "mpirun's `exited on signal 9 (Killed)`, `died with <Signals.SIGKILL: 9>`"),
+    sig("slurm-time-limit", "SLURM's time limit reached",
+         [r"CANCELLED AT \S+ DUE TO TIME LIMIT", r"JOB CANCELLED DUE TO TIME LIMIT"],
+         "SLURM ended the job when it reached its time limit (--time, or the partition's "
+         "default or maximum): the training had not finished; SLURM stops the tasks with "
+         "SIGTERM, then SIGKILL",
+         "ask for more time (#SBATCH --time=...; sinfo shows the partition's maximum), or "
+         "checkpoint regularly and resubmit (meshrun resumes from the last checkpoint; "
+         "#SBATCH --signal=USR1@120 warns the job before the end)",
+         FAULT, "slurmstepd's `*** JOB N ON host CANCELLED AT time DUE TO TIME LIMIT ***`",
+         suppresses=("host-oom-killed", "segfault")),
     sig("host-oom-killed", "killed (over SLURM's memory limit)",
          [r"exceeded memory limit \(\d+ > \d+\), being killed",
-          r"Exceeded job memory limit", r"task \d+: Out Of Memory"],
+          r"Exceeded job memory limit(?! at some point)", r"task \d+: Out Of Memory"],
          "the job used more memory than SLURM gave it (--mem, --mem-per-cpu or the "
          "partition's default), and slurmstepd killed it",
          "ask for more memory (#SBATCH --mem=... or --mem-per-cpu=...; sacct -j JOB -o "
@@ -1500,8 +1537,7 @@ CATALOG: tuple[Signature, ...] = (
           r"process \d+ terminated with signal SIGSEGV",      # torch.multiprocessing.spawn
           r"exit code 139 \(interrupted by signal 11: ?SIGSEGV\)",
           # Windows: an access violation (0xC0000005) is its segmentation fault
-          r"Windows fatal exception: access violation",
-          r"exit code -1073741819 \(0xC0000005\)", r"exit status 3221225477",
+          r"code -1073741819 \(0xC0000005\)", r"exit status 3221225477",
           r"^Exception code: 0xc0000005$"],                    # Windows' event log
          "the process crashed in native code (SIGSEGV): the crash alone names no cause; most "
          "often mismatched library versions (an extension built for another torch or "
@@ -1534,8 +1570,9 @@ CATALOG: tuple[Signature, ...] = (
     sig("cuda-illegal-memory-access", "illegal memory access on the GPU",
          [r"an illegal memory access was encountered",
           r"unspecified launch failure"],       # CUDA error 719: a kernel that faulted
-         "a CUDA kernel read or wrote outside its memory: a bug in a custom/compiled kernel, a "
-         "version mismatch of an extension, or (rarely) faulty hardware",
+         "a CUDA kernel faulted (read or wrote outside its memory): a bug in a custom/compiled "
+         "kernel, a version mismatch of an extension, or a GPU or driver fault (an Xid in the "
+         "node's kernel log says so)",
          "rerun with CUDA_LAUNCH_BLOCKING=1 (and compute-sanitizer) to find the kernel; update or "
          "rebuild custom extensions for this torch",
          FAULT, "`CUDA error: an illegal memory access was encountered`"),
@@ -1662,9 +1699,7 @@ CATALOG: tuple[Signature, ...] = (
          FAULT, "`ncclUnhandledCudaError`, `unhandled cuda error`", names_cause=False),
     sig("nccl-bootstrap-failed", "NCCL bootstrap could not connect",
          [r"NCCL INFO bootstrap\.cc:\d+ -> 2\b",
-          r"socketStartConnect: Connect to (?P<peer>\S+) failed",
-          r"socket\.h:\d+ (?:NCCL )?WARN (?:Net : )?Connect to (?P<peer>\S+) failed",
-          r"socket\.h:\d+ (?:NCCL )?WARN Call to connect failed"],
+          r"socketStartConnect: Connect to (?P<peer>\S+) failed"],
          bootstrap_cause,
          "set NCCL_SOCKET_IFNAME to the interface that connects the nodes (meshrun sets it per "
          "node from the route to the master; check the plan's env rows), and open the ports "
