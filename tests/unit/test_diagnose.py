@@ -907,6 +907,19 @@ def test_other_wordings_of_known_causes_and_their_look_alikes():
     # torch's own DLL on Windows, an operator a CUDA build lacks, a display card's warning
     # beside the real error, a job ended by its time limit
     assert first("slurmstepd: error: Exceeded job memory limit at some point.\n") == "-"
+    # the rarer codes' wordings: numpy's C API older than the build; a spawned child's
+    # '__mp_main__' (no frames needed), but a pickling error of __main__ needs its frames;
+    # another scheduler's time limit
+    numpy_api = ("RuntimeError: Failed to initialize NumPy: module compiled against API version "
+                 "{} but this version of numpy is {}\n")
+    too_old = diagnose_text(numpy_api.format("0x10", "0xf"), name="x.log")[0]
+    assert too_old.code == "numpy-too-old-for-torch" and "older than" in too_old.cause
+    assert first("AttributeError: Can't get attribute 'worker' on <module '__mp_main__' from "
+                 "'train.py'>\n") == "unpicklable-under-spawn"
+    assert first("_pickle.PicklingError: Can't pickle <function f at 0x7f00>: attribute lookup "
+                 "f on __main__ failed\n") == "-"
+    assert first("=>> PBS: job killed: walltime 259217 exceeded limit 259200\n") == \
+        "job-time-limit"
     assert first("E0302 14:01:31.120000 2281 torch/distributed/elastic/multiprocessing/api.py:"
                  "869] failed (exitcode: 1) local_rank: 1\n[rank1]: RuntimeError: CUDA error: "
                  "initialization error\n") != "cuda-fork-reinit"
@@ -923,6 +936,6 @@ def test_other_wordings_of_known_causes_and_their_look_alikes():
         "cuda-oom"
     assert first("slurmstepd: error: *** JOB 4412873 ON gpu-a07 CANCELLED AT 2024-06-02T14:00:12 "
                  "DUE TO TIME LIMIT ***\n/var/spool/slurmd/job4412873/slurm_script: line 24: "
-                 "181233 Killed                  python train.py\n") == "slurm-time-limit"
+                 "181233 Killed                  python train.py\n") == "job-time-limit"
     assert first("  File \"/opt/torch/utils/data/_utils/worker.py\", line 287, in _worker_loop\n"
                  "RuntimeError: CUDA error: initialization error\n") == "cuda-fork-reinit"

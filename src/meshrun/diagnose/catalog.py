@@ -78,6 +78,21 @@ _NO_TOOLKIT_FIX = ("install the CUDA toolkit of the CUDA version torch was built
 #: a download in the log (the HTTP client's name lookup failed for it)
 _DOWNLOADING = re.compile(r"torchvision|torch[/\\.]hub|huggingface|from_pretrained|"
                           r"pretrained=True|[Dd]ownload|urlretrieve")
+
+
+def _spawn_pickle_cause(h) -> str:
+    return (f"{h.group('what')} has to reach another process by pickling (a process started "
+            "with spawn: DataLoader workers, Lightning's ddp_spawn, mp.spawn, the default on "
+            "Windows and macOS; or a multiprocessing pool's task), and pickle carries only what "
+            "can be imported by name: not a function or class defined inside another function, "
+            "nor a lambda, nor a class defined only in an interactive __main__ or under its "
+            "`if __name__ == '__main__':` guard")
+
+
+_SPAWN_PICKLE_FIX = ("define it at module level in a file the workers import (not inside a "
+                     "function, __init__, the main guard or a notebook cell); or start the "
+                     "ranks with a launcher (meshrun run, torchrun, Lightning's "
+                     "strategy='ddp') instead of spawning them from the script")
 _ABI_FIX = ("reinstall that package against this torch (pip install --force-reinstall "
             "--no-build-isolation PACKAGE), or install the torch it was built for; use one "
             "image on every node")
@@ -116,7 +131,9 @@ CATALOG: tuple[Signature, ...] = (
          meshrun_fix("make the nodes identical (same image, same code), or --no-preflight"),
          SETUP, "meshrun's `meshrun: error: preflight: ...` and missing `--require-path` lines"),
     sig("torch-missing", "torch is not installed",
-         [r"No module named '?torch'?(?=[\s')]|$)"],
+         [r"No module named '?torch'?(?=[\s')]|$)",
+          # python -m torch.distributed.run under another interpreter (sudo's, the system's)
+          r"^\S*python[\d.]*: No module named torch\.distributed"],
          "the Python that runs this rank has no torch: a different interpreter, virtualenv or "
          "image than the one meshrun was installed in",
          "install torch in the environment meshrun runs from (python -m pip install torch), or "
@@ -134,6 +151,18 @@ CATALOG: tuple[Signature, ...] = (
          unless_warning(SETUP), "`A module that was compiled using NumPy 1.x cannot be run "
          "in NumPy 2`, `_ARRAY_API not found` (advice only in a warning)",
          suppresses=("numpy-missing", "numpy-unusable")),
+    sig("numpy-too-old-for-torch", "numpy older than torch's build",
+         [r"module compiled against API version (?P<built>0x[0-9a-fA-F]+) but this version of "
+          r"numpy is (?P<have>0x[0-9a-fA-F]+)"],
+         lambda h: (f"the installed numpy (C API {h.group('have')}) is "
+                    + ("older than" if int(h.group("have"), 16) < int(h.group("built"), 16)
+                       else "not") + " the one torch or another extension was built against "
+                    f"({h.group('built')}): torch cannot use it"),
+         "upgrade numpy (python -m pip install -U 'numpy<2' for a torch older than 2.3, or the "
+         "version torch's requirements name), the same on every node",
+         unless_warning(SETUP), "`module compiled against API version 0xN but this version of "
+         "numpy is 0xM` (M lower: numpy older than the build)",
+         suppresses=("numpy-unusable", "numpy-missing", "numpy-version-mismatch")),
     sig("numpy-unusable", "torch cannot use numpy",
          [r"RuntimeError: Numpy is not available", r"Failed to initialize NumPy",
           r"PyTorch was compiled without NumPy support",
@@ -192,7 +221,8 @@ CATALOG: tuple[Signature, ...] = (
          SETUP, "DeepSpeed's `MPI world size N does not match torch world size M`, `MPI rank R "
          "does not match torch rank`"),
     sig("deepspeed-outside-launcher", "DeepSpeed without a launcher",
-         [r"Not using the DeepSpeed or dist launchers, attempting to detect MPI environment"],
+         [r"Not using the DeepSpeed or (?:dist|torch\.distributed) launchers, attempting to "
+          r"detect MPI environment"],
          "deepspeed.init_distributed() found none of the launcher's variables (RANK, WORLD_SIZE, "
          "MASTER_ADDR, LOCAL_RANK): the script was started with plain python, so DeepSpeed "
          "fell back to discovering an MPI job, which needs mpi4py and mpirun",
@@ -256,7 +286,8 @@ CATALOG: tuple[Signature, ...] = (
     sig("ninja-missing", "no Ninja to build an extension",
          [r"Ninja is required to load C\+\+ extensions",
           r"\[Errno 2\] No such file or directory: 'ninja'",
-          r"die: error: must run as root"],
+          r"die: error: must run as root",
+          r"Unable to JIT load the \w+ op due to ninja not being installed"],    # DeepSpeed
          "a C++/CUDA extension is built at run time (DeepSpeed's ops such as FusedAdam, "
          "torch.utils.cpp_extension.load) with the Ninja build tool, and this node has none on "
          "PATH, or the `ninja` on PATH is another program (Debian's `ninja` package, a "
@@ -551,7 +582,11 @@ CATALOG: tuple[Signature, ...] = (
     sig("ddp-model-on-cpu", "DDP given GPU ids for a model on the CPU",
          [r"only work with single-device/multiple-device GPU modules or CPU modules, but got "
           r"device_ids \[[^\]]*\], output_device \S+, and module parameters "
-          r"\{device\(type='cpu'\)\}"],
+          r"\{device\(type='cpu'\)\}",
+          # torch <= 1.7; a model partly left on the CPU
+          (r"only work with single-device (?:CUDA|GPU) modules, but got device_ids \S+, "
+           r"output_device \S+, and module parameters \{(?:device\(type='cuda', index=\d+\), )?"
+           r"device\(type='cpu'\)\}")],
          "DistributedDataParallel was given GPU ids for a model whose parameters are on the "
          "CPU: the model was never moved to its GPU, or the framework was told to use no GPU "
          "while still asked for DDP (Lightning's gpus=0 or gpus='0' means no GPU, not GPU 0)",
@@ -563,7 +598,8 @@ CATALOG: tuple[Signature, ...] = (
     sig("library-single-gpu-only", "the library refuses multi-GPU training",
          # not private-transformers' `Multi-gpu and distributed training is currently not
          # supported`: a newer transformers made its check refuse one GPU too
-         [r"currently does not work on multi GPU setups"],
+         [r"currently does not work on multi GPU setups",
+          r"currently does not support multi GPU setups"],
          "the library this script trains with refuses to run on more than one GPU or in "
          "distributed training: this version of it does not support that (its own check "
          "says so)",
@@ -610,7 +646,8 @@ CATALOG: tuple[Signature, ...] = (
          SETUP, "DDP's `found no DeviceMesh from dtensor args for c10d.broadcast_`"),
     sig("torch-shadowed", "a folder named torch hides the real one",
          [r"No module named '?torch\._C'?(?=[\s')]|$)",
-          r"It appears that PyTorch has loaded the `torch/_C` folder of the PyTorch repository"],
+          r"It appears that PyTorch has loaded the `torch/_C` folder of the PyTorch repository",
+          r"cannot import name '\w+' from 'torch\._C' \(unknown location\)"],
          "Python imported a folder named torch that is not the installed torch: the script "
          "runs from torch's source tree, or a project with a torch/ folder (or torch.py) of its "
          "own is the working directory, so torch's compiled part (torch._C) is not found",
@@ -918,7 +955,9 @@ CATALOG: tuple[Signature, ...] = (
          "`'LOCAL_RANK'`", confirm=r"(?m)^\s*'{var}'\s*$"),
     sig("script-arguments-unknown", "arguments the script does not define",
          [r"error: unrecognized arguments: (?P<args>.+)",
-          r"Some specified arguments are not used by the HfArgumentParser: (?P<args>\[.+\])"],
+          r"Some specified arguments are not used by the HfArgumentParser: (?P<args>\[.+\])",
+          r"error: Unrecognized arguments: (?P<args>.+)",                 # jsonargparse
+          r"ERROR: Could not consume arg: (?P<args>.+)"],                 # python-fire
          lambda h: ("the command passes arguments the script does not define ("
                     + h.group("args") + "): renamed or removed in this version of the script "
                     "(a launch script or "
@@ -972,7 +1011,9 @@ CATALOG: tuple[Signature, ...] = (
     sig("ssh-unreachable", "a launcher cannot ssh to a node",
          [(r"ssh: connect to host (?P<host>\S+) port \d+: (?:Connection timed out|Connection "
            r"refused|No route to host)"),
-          r"Permission denied \(publickey", r"Host key verification failed"],
+          r"Permission denied \(publickey", r"Host key verification failed",
+          r"but host=(?P<host>\S+) was not reachable via ssh",                  # DeepSpeed
+          r"Command '\[?'?ssh .*' returned non-zero exit status 255"],
          lambda h: ("the launcher starts the other nodes over ssh (a hostfile: DeepSpeed's "
                     "pdsh, a project's own script) and could not log into "
                     f"{h.group('host') or 'a node'}: no route or port 22 closed, no "
@@ -1096,7 +1137,12 @@ CATALOG: tuple[Signature, ...] = (
           (r"\bcommand (?P<cmd>torchrun|deepspeed|accelerate|meshrun|horovodrun|mpirun|"
            r"python3?) not found"),
           (r"command not found: (?P<cmd>torchrun|deepspeed|accelerate|meshrun|horovodrun|"
-           r"mpirun|python3?)\b")],
+           r"mpirun|python3?)\b"),
+          # PowerShell; Python's subprocess
+          (r"The term '(?P<cmd>torchrun|deepspeed|accelerate|meshrun|horovodrun|mpirun|python3?)' "
+           r"is not recognized as the name of a cmdlet"),
+          (r"FileNotFoundError: \[Errno 2\] No such file or directory: '(?P<cmd>torchrun|deepspeed|"
+           r"accelerate|horovodrun|mpirun|srun|sbatch)'")],
          lambda h: (f"'{h.group('cmd')}' is SLURM's own command, and this machine has none: "
                     "it is not a SLURM cluster's login node (or SLURM's bin folder is not on "
                     "PATH here), so a script written for SLURM cannot submit from it"
@@ -1247,6 +1293,16 @@ CATALOG: tuple[Signature, ...] = (
          SETUP, "c10d's `Permission denied: The server socket has failed to bind to [::]:N`, "
          "`failed to bind to H:N (errno: 13 - Permission denied)`, libuv's `port: N, ... code: "
          "-13, name: EACCES`, with N below 1024"),
+    # torch 1.x's store said no more than this; the port is on the launch command
+    sig("port-privileged", "a port below 1024",
+         [r"RuntimeError: Permission denied\"?,?$"],
+         lambda h: ("the master port" + said(h.text, r"--master[-_]port[= ](\d+)", " {}")
+                    + " is below 1024, where only root may listen: the store could not open it"),
+         meshrun_fix("use a port from 1024 to 65535 (29500 is the usual one), or let meshrun "
+                      "pick a free one"),
+         SETUP, "torch 1.x's bare `RuntimeError: Permission denied` from a launch whose "
+         "`--master_port` is below 1024",
+         confirm=r"--master[-_]port[= ]" + _LOW_PORT + r"\b"),
     sig("master-dns-failure", "master address does not resolve",
          [r"meshrun: error: the master address (?P<target>\S+) does not resolve",
           (r"network addresses of \((?P<target>[^,()]+), (?P<port>\d+)\) cannot be retrieved "
@@ -1396,15 +1452,23 @@ CATALOG: tuple[Signature, ...] = (
          "shell's `line N: PID Killed ...`, `torch.multiprocessing.spawn`'s `process N "
          "terminated with signal SIGKILL`, `exit code 137 (interrupted by signal 9: SIGKILL)`, "
          "mpirun's `exited on signal 9 (Killed)`, `died with <Signals.SIGKILL: 9>`"),
-    sig("slurm-time-limit", "SLURM's time limit reached",
-         [r"CANCELLED AT \S+ DUE TO TIME LIMIT", r"JOB CANCELLED DUE TO TIME LIMIT"],
-         "SLURM ended the job when it reached its time limit (--time, or the partition's "
-         "default or maximum): the training had not finished; SLURM stops the tasks with "
-         "SIGTERM, then SIGKILL",
-         "ask for more time (#SBATCH --time=...; sinfo shows the partition's maximum), or "
-         "checkpoint regularly and resubmit (meshrun resumes from the last checkpoint; "
-         "#SBATCH --signal=USR1@120 warns the job before the end)",
-         FAULT, "slurmstepd's `*** JOB N ON host CANCELLED AT time DUE TO TIME LIMIT ***`",
+    sig("job-time-limit", "the scheduler's time limit reached",
+         [r"CANCELLED AT \S+ DUE TO TIME LIMIT", r"JOB CANCELLED DUE TO TIME LIMIT",
+          r"PBS: job killed: walltime \d+ exceeded limit \d+",                 # PBS, Torque
+          r"job exceeded wallclock limit",                                     # Moab
+          r"TERM_RUNLIMIT: job killed after reaching LSF run time limit"],     # LSF
+         lambda h: ("the batch scheduler ("
+                    + ("LSF" if "LSF" in h.line else "PBS" if "PBS" in h.line else "Moab"
+                       if "wallclock" in h.line else "SLURM")
+                    + ") ended the job when it reached its time limit (the partition's or "
+                    "queue's default or maximum, or the one asked for): the training had not "
+                    "finished"),
+         "ask for more time (SLURM: #SBATCH --time=...; PBS: -l walltime=...; LSF: bsub -W), "
+         "or checkpoint regularly and resubmit (meshrun resumes from the last checkpoint; "
+         "SLURM's #SBATCH --signal=USR1@120 warns the job before the end)",
+         FAULT, "slurmstepd's `*** JOB N ON host CANCELLED AT time DUE TO TIME LIMIT ***`, PBS's "
+         "`job killed: walltime N exceeded limit M`, Moab's `job exceeded wallclock limit`, "
+         "LSF's `TERM_RUNLIMIT`",
          suppresses=("host-oom-killed", "segfault")),
     sig("host-oom-killed", "killed (over SLURM's memory limit)",
          [r"exceeded memory limit \(\d+ > \d+\), being killed",
@@ -1548,10 +1612,15 @@ CATALOG: tuple[Signature, ...] = (
          "cause)", names_cause=False),
     sig("multinomial-invalid-probabilities", "sampling from inf/NaN probabilities",
          [r"probability tensor contains either `inf`, `nan` or element < 0",
-          r"sampleMultinomialOnce.*Assertion `[^`]*(?:isinf|isnan|>= zero)[^`]*` failed"],
-         "torch.multinomial (sampling: generate(do_sample=True), a policy's actions) got "
-         "probabilities that are inf, NaN or negative: the model's outputs overflowed or "
-         "diverged (fp16 overflow, a learning rate too high, a broken checkpoint)",
+          r"sampleMultinomialOnce.*Assertion `[^`]*(?:isinf|isnan|>= zero)[^`]*` failed",
+          r"invalid multinomial distribution \((?:encountering probability entry < 0|sum of "
+          r"probabilities <= 0)\)",
+          r"binarySearchForMultinomial.*Assertion `",
+          r"ValueError: probabilities contain NaN", r"pvals < 0, pvals > 1 or pvals contains NaN"],
+         "sampling (torch.multinomial: generate(do_sample=True), a policy's actions; or "
+         "numpy's random.choice) got probabilities that are inf, NaN or negative: the model's "
+         "outputs overflowed or diverged (fp16 overflow, a learning rate too high, a broken "
+         "checkpoint)",
          "find where the values become inf or NaN (check the loss and the logits; "
          "torch.autograd.set_detect_anomaly(True)); run in bf16 or fp32 instead of fp16, "
          "lower the learning rate, or resume from an earlier checkpoint",
@@ -1625,32 +1694,38 @@ CATALOG: tuple[Signature, ...] = (
     sig("unpicklable-under-spawn", "an object a spawned process cannot receive",
          [r"Can't pickle local object '(?P<what>[^']+)'",
           r"Can't pickle <(?:function )?(?P<what><lambda>)",
-          r"Can't get attribute '(?P<what>\w+)' on <module '__main__'"],
-         lambda h: (f"{h.group('what')} has to reach another process by pickling (a process "
-                    "started with spawn: DataLoader workers, Lightning's ddp_spawn, mp.spawn, "
-                    "the default on Windows and macOS; or a multiprocessing pool's task), and "
-                    "pickle carries only what can be imported by name: not a function or class "
-                    "defined inside another function, nor a lambda, nor a class defined only "
-                    "in an interactive __main__"),
-         "define it at module level in a file the workers import (not inside a function, "
-         "__init__ or a notebook cell); or start the ranks with a launcher (meshrun run, "
-         "torchrun, Lightning's strategy='ddp') instead of spawning them from the script",
+          r"Can't get attribute '(?P<what>\w+)' on <module '__main__'",
+          (r"Can't pickle <function (?P<what>\w+) at 0x\w+>: attribute lookup \w+ on __main__ "
+           r"failed"),
+          r"Can't (?:get|pickle) local object '?(?P<what>[^'>]+)"],        # Python 3.12-3.14
+         _spawn_pickle_cause, _SPAWN_PICKLE_FIX,
          FAULT, "`Can't pickle local object 'X'`, `Can't pickle <function <lambda>`, `Can't get "
          "attribute 'X' on <module '__main__'`, with multiprocessing's frames just above (not "
          "torch.save or torch.load of a whole model)",
          near=r"multiprocessing[/\\]|popen_spawn|spawn\.py|ForkingPickler|ddp_spawn|"
               r"_MultiProcessingDataLoaderIter"),
+    # '__mp_main__' is the main module as a spawned child imports it: spawn's own words
+    sig("unpicklable-under-spawn", "an object a spawned process cannot receive",
+         [r"Can't get attribute '(?P<what>\w+)' on <module '__mp_main__'"],
+         _spawn_pickle_cause, _SPAWN_PICKLE_FIX,
+         FAULT, "`Can't get attribute 'X' on <module '__mp_main__'` (a spawned child's own "
+         "import of the main module)"),
     sig("lightning-removed-argument", "a Trainer argument Lightning 2 removed",
          [r"__init__\(\) got an unexpected keyword argument '(?P<arg>gpus|tpu_cores|ipus|"
-          r"auto_select_gpus)'"],
+          r"auto_select_gpus|auto_lr_find|replace_sampler_ddp|progress_bar_refresh_rate|"
+          r"weights_summary|reload_dataloaders_every_epoch|max_nb_epochs)'"],
          lightning_arg_cause, lightning_arg_fix,
          SETUP, "`__init__() got an unexpected keyword argument 'gpus'` (also `tpu_cores`, "
-         "`ipus`, `auto_select_gpus`: Trainer arguments only Lightning 1.x took)"),
+         "`ipus`, `auto_select_gpus`, `auto_lr_find`, `replace_sampler_ddp`: Trainer "
+         "arguments Lightning 2.0 removed; `progress_bar_refresh_rate`, `weights_summary` "
+         "(1.7), `reload_dataloaders_every_epoch` (1.6), `max_nb_epochs` (0.5))"),
     sig("lightning-removed-argument", "a Trainer argument Lightning 2 removed",
-         [r"__init__\(\) got an unexpected keyword argument '(?P<arg>resume_from_checkpoint)'"],
+         [r"__init__\(\) got an unexpected keyword argument '(?P<arg>resume_from_checkpoint|"
+          r"checkpoint_callback|amp_backend|amp_level)'"],
          lightning_arg_cause, lightning_arg_fix,
-         SETUP, "`__init__() got an unexpected keyword argument 'resume_from_checkpoint'` with "
-         "Lightning in the logs (HF's Trainer never took it)",
+         SETUP, "`__init__() got an unexpected keyword argument 'resume_from_checkpoint'` (also "
+         "`checkpoint_callback`, `amp_backend`, `amp_level`) with Lightning in the logs (HF's "
+         "Trainer never took them)",
          confirm=r"(?i)lightning"),
     sig("slurm-submit-rejected", "SLURM refused the job",
          [(r"sbatch: error: (?P<why>Batch job submission failed: (?:Requested node configuration "
@@ -1743,7 +1818,8 @@ CATALOG: tuple[Signature, ...] = (
          FAULT, "NCCL's `Call to ibv_reg_dmabuf_mr failed with error Operation not supported`"),
     sig("ib-memlock-too-low", "locked-memory limit too low for InfiniBand",
          [(r"Call to ibv_reg_mr(?:_iova2)? failed(?: with error)? ?:? ?Cannot allocate "
-           r"memory")],
+           r"memory"),
+          r"Please set max locked memory \(ulimit -l\)"],
          "InfiniBand/RoCE transfers register (pin) their buffers, and this process's "
          "locked-memory limit (ulimit -l) is too low for NCCL's: the limit of the shell, the "
          "container or the SLURM step is a few MB, where it must be unlimited",
@@ -1755,7 +1831,7 @@ CATALOG: tuple[Signature, ...] = (
          "`ibv_reg_mr_iova2`)",
          suppresses=("nccl-system-error", "nccl-internal-error", "nccl-unhandled-cuda-error")),
     sig("ib-hca-unusable", "NCCL picked an InfiniBand/RoCE device it cannot use",
-         [r"Call to ibv_modify_qp failed with error No such device"],
+         [r"Call to ibv_modify_qp failed with (?:error|19) No such device"],
          "NCCL chose an InfiniBand/RoCE device (HCA) whose port cannot carry its connections "
          "(ibv_modify_qp: No such device): a port that is down, not cabled, or a RoCE device "
          "without an address on the network the nodes share",
@@ -1825,7 +1901,8 @@ CATALOG: tuple[Signature, ...] = (
          [r"meshrun: error: node 0's store at (?P<where>\S+) did not answer within (?P<secs>\d+) s",
           r"\[c10d\].*\(errno: 11[01] - (?:Connection refused|Connection timed out)\)",
           r"ConnectionRefusedError: \[Errno 111\]",
-          r"\[c10d\].*failed to connect.*Connection refused"],
+          r"\[c10d\].*failed to connect.*Connection refused",
+          r"RuntimeError: connect\(\) timed out\.?$"],
          lambda h: (f"nothing answered at node 0's store {h.group('where') or ''}".rstrip()
                     + ": node 0 is not running (yet, or any more), listens on another port, or a "
                     "firewall blocks the port"),
@@ -1851,14 +1928,18 @@ CATALOG: tuple[Signature, ...] = (
          "node K (host), ...`", expand=hang_expand),
     # -- effect -----------------------------------------------------------------------------
     sig("nccl-remote-error", "NCCL peer gone",
-         [r"ncclRemoteError\b", r"remote process exited or there was a network error"],
+         [r"ncclRemoteError\b", r"remote process exited or there was a network error",
+          # NCCL 2.10-2.17's and 2.18's words for a peer gone
+          r"NCCL WARN (?:Net : |socketProgress: )Connection closed by remote peer"],
          lambda h: ("a peer of this rank exited or the network to it failed during a "
                     "collective" + nccl_last_error(h)),
          _PEERS_FIRST + "; if no rank crashed, check the network between the nodes",
          EFFECT, "`ncclRemoteError`, `remote process exited or there was a network error`"),
     sig("gloo-connection-lost", "Gloo peer gone",
          [(r"gloo/transport/tcp/\w+\.cc:\d+\] (?:Connection closed by peer|Read error|Write "
-          r"error)")],
+          r"error)"),
+          (r"gloo/transport/tcp/\w+\.cc:\d+\] (?:writev|readv|read|write) \S+: Connection "
+           r"reset by peer")],
          "a peer of this rank closed its Gloo connection: that rank crashed or was stopped",
          _PEERS_FIRST,
          EFFECT, "Gloo's `Connection closed by peer`, `Read error ... Connection reset by peer`"),
@@ -1920,7 +2001,9 @@ CATALOG: tuple[Signature, ...] = (
          EFFECT, "`Timed out initializing process group in store based barrier on rank` without "
          "the counts after it"),
     sig("rendezvous-timeout", "rendezvous timed out",
-         [r"RendezvousTimeoutError"],
+         [r"RendezvousTimeoutError",
+          # torchelastic before torch 1.9 (etcd)
+          r"RendezvousTimeoutException", r"Rendezvous timeout occured in EtcdRendezvousHandler"],
          "not every node joined torch's rendezvous in time: a node did not start, or started "
          "with another run id, endpoint or node count",
          "start every node with the same command, --nnodes, --master-addr/--master-port and "
@@ -1962,7 +2045,9 @@ CATALOG: tuple[Signature, ...] = (
          "node 0 back",
          LOST, "c10d's `failed to connect to HOST:PORT (errno: 113 - No route to host)`"),
     sig("store-connection-lost", "store connection lost",
-         [r"Connection was likely closed\. Did the remote server shutdown or crash\?"],
+         [r"Connection was likely closed\. Did the remote server shutdown or crash\?",
+          r"recvValue failed on SocketImpl\(.*Connection reset by peer",
+          r"store->get\('\w+'\) got error: Connection reset by peer"],
          "this process lost its connection to the job's store on node 0: node 0 died, was "
          "stopped or became unreachable",
          "look at node 0's logs for why it stopped (meshrun diagnose with node0.log); if node 0 "

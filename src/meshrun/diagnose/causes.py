@@ -472,18 +472,33 @@ def host_launcher_context(match: re.Match, text: str) -> bool:
                           text, re.I)) and "Could not read from remote repository" not in text
 
 
-_LIGHTNING_ARGS = {"gpus": "accelerator='gpu', devices=N", "tpu_cores": "accelerator='tpu', "
-                   "devices=N", "ipus": "accelerator='ipu', devices=N", "auto_select_gpus":
-                   "devices='auto' (or a list of free GPUs)", "resume_from_checkpoint":
-                   "trainer.fit(model, ckpt_path=PATH)"}
+#: a Trainer argument Lightning removed -> (the release that removed it, what replaces it)
+_LIGHTNING_ARGS = {
+    "gpus": ("2.0", "accelerator='gpu', devices=N"),
+    "tpu_cores": ("2.0", "accelerator='tpu', devices=N"),
+    "ipus": ("2.0", "accelerator='ipu', devices=N"),
+    "auto_select_gpus": ("2.0", "devices='auto' (or a list of free GPUs)"),
+    "resume_from_checkpoint": ("2.0", "trainer.fit(model, ckpt_path=PATH)"),
+    "auto_lr_find": ("2.0", "the Tuner: Tuner(trainer).lr_find(model)"),
+    "replace_sampler_ddp": ("2.0", "use_distributed_sampler="),
+    "amp_backend": ("2.0", "precision='16-mixed' (native AMP)"),
+    "amp_level": ("2.0", "precision='16-mixed' (native AMP)"),
+    "progress_bar_refresh_rate": ("1.7", "callbacks=[TQDMProgressBar(refresh_rate=N)]"),
+    "checkpoint_callback": ("1.7", "enable_checkpointing="),
+    "weights_summary": ("1.7", "enable_model_summary="),
+    "reload_dataloaders_every_epoch": ("1.6", "reload_dataloaders_every_n_epochs=1"),
+    "max_nb_epochs": ("0.5", "max_epochs="),
+}
 
 
 def lightning_arg_cause(hit: Hit) -> str:
-    return (f"Lightning 2.0 removed the Trainer's {hit.group('arg')}= argument, and this "
-            "script (or a package) was written for Lightning 1.x")
+    release = _LIGHTNING_ARGS[hit.group("arg")][0]
+    return (f"Lightning {release} removed the Trainer's {hit.group('arg')}= argument, and this "
+            "script (or a package) was written for an older Lightning")
 
 
 def lightning_arg_fix(hit: Hit) -> str:
-    return (f"use {_LIGHTNING_ARGS[hit.group('arg')]} instead of {hit.group('arg')}=, or "
-            "install the Lightning the script was written for (pytorch-lightning<2.0 for "
-            "`import pytorch_lightning`, lightning<2.0 for `import lightning`)")
+    release, instead = _LIGHTNING_ARGS[hit.group("arg")]
+    return (f"use {instead} instead of {hit.group('arg')}=, or install the Lightning the "
+            f"script was written for (pytorch-lightning<{release} for `import "
+            f"pytorch_lightning`, lightning<{release} for `import lightning`)")
