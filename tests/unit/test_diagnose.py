@@ -920,6 +920,24 @@ def test_other_wordings_of_known_causes_and_their_look_alikes():
                  "f on __main__ failed\n") == "-"
     assert first("=>> PBS: job killed: walltime 259217 exceeded limit 259200\n") == \
         "job-time-limit"
+    # the second read-through's look-alikes: UCX's memlock note on a job that runs on (advice),
+    # torch < 1.9's missing torch.distributed.run, ssh's 255 after hours of training, a loader
+    # unpickling another script's __main__ class inside a spawned rank, torch 2.4's warning
+    # at a normal end, a folder named like a launcher
+    assert first("[1669:0:1669] ib_iface.c:988 UCX ERROR ibv_create_cq() failed: Cannot "
+                 "allocate memory. Please set max locked memory (ulimit -l) to 'unlimited'\n"
+                 "Traceback (most recent call last):\n  File \"train.py\", line 40, in <module>"
+                 "\nKeyError: 'input_ids'\n") != "ib-memlock-too-low"
+    assert first("/usr/bin/python: No module named torch.distributed.run\n") != "torch-missing"
+    assert first("subprocess.CalledProcessError: Command 'ssh -o ServerAliveInterval=30 node2 "
+                 "python train.py' returned non-zero exit status 255.\n") != "ssh-unreachable"
+    assert first("subprocess.CalledProcessError: Command 'ssh -o PasswordAuthentication=no "
+                 "node2 hostname' returned non-zero exit status 255.\n") == "ssh-unreachable"
+    assert first('  File "/opt/torch/serialization.py", line 1040, in load\nAttributeError: '
+                 "Can't get attribute 'Net' on <module '__mp_main__' from 'eval.py'>\n") != \
+        "unpicklable-under-spawn"
+    assert first("[W729 10:15:17.529 TCPStore.cpp:125] [c10d] recvValue failed on SocketImpl("
+                 "fd=76): Connection reset by peer\n") == "-"
     assert first("E0302 14:01:31.120000 2281 torch/distributed/elastic/multiprocessing/api.py:"
                  "869] failed (exitcode: 1) local_rank: 1\n[rank1]: RuntimeError: CUDA error: "
                  "initialization error\n") != "cuda-fork-reinit"

@@ -93,6 +93,8 @@ _SPAWN_PICKLE_FIX = ("define it at module level in a file the workers import (no
                      "function, __init__, the main guard or a notebook cell); or start the "
                      "ranks with a launcher (meshrun run, torchrun, Lightning's "
                      "strategy='ddp') instead of spawning them from the script")
+#: a loader unpickling a file (what it finds missing is the saving script's, not spawn's)
+_LOADING = re.compile(r"torch[/\\]serialization\.py|joblib|pickle\.load\(|torch\.load\(")
 _ABI_FIX = ("reinstall that package against this torch (pip install --force-reinstall "
             "--no-build-isolation PACKAGE), or install the torch it was built for; use one "
             "image on every node")
@@ -133,7 +135,7 @@ CATALOG: tuple[Signature, ...] = (
     sig("torch-missing", "torch is not installed",
          [r"No module named '?torch'?(?=[\s')]|$)",
           # python -m torch.distributed.run under another interpreter (sudo's, the system's)
-          r"^\S*python[\d.]*: No module named torch\.distributed"],
+          r"^\S*python[\d.]*: No module named torch\.distributed\s*$"],
          "the Python that runs this rank has no torch: a different interpreter, virtualenv or "
          "image than the one meshrun was installed in",
          "install torch in the environment meshrun runs from (python -m pip install torch), or "
@@ -151,17 +153,19 @@ CATALOG: tuple[Signature, ...] = (
          unless_warning(SETUP), "`A module that was compiled using NumPy 1.x cannot be run "
          "in NumPy 2`, `_ARRAY_API not found` (advice only in a warning)",
          suppresses=("numpy-missing", "numpy-unusable")),
-    sig("numpy-too-old-for-torch", "numpy older than torch's build",
+    sig("numpy-too-old-for-torch", "numpy older than an extension's build",
          [r"module compiled against API version (?P<built>0x[0-9a-fA-F]+) but this version of "
           r"numpy is (?P<have>0x[0-9a-fA-F]+)"],
          lambda h: (f"the installed numpy (C API {h.group('have')}) is "
                     + ("older than" if int(h.group("have"), 16) < int(h.group("built"), 16)
-                       else "not") + " the one torch or another extension was built against "
-                    f"({h.group('built')}): torch cannot use it"),
+                       else "not") + " the one a compiled extension was built against "
+                    f"({h.group('built')}: torch, or another such as cv2 or scipy), so that "
+                    "extension cannot use it; often only a warning the run outlives"),
          "upgrade numpy (python -m pip install -U 'numpy<2' for a torch older than 2.3, or the "
          "version torch's requirements name), the same on every node",
-         unless_warning(SETUP), "`module compiled against API version 0xN but this version of "
-         "numpy is 0xM` (M lower: numpy older than the build)",
+         ADVICE, "`module compiled against API version 0xN but this version of numpy is 0xM` "
+         "(M lower: numpy older than the build; advice: any extension prints it, often "
+         "harmlessly)",
          suppresses=("numpy-unusable", "numpy-missing", "numpy-version-mismatch")),
     sig("numpy-unusable", "torch cannot use numpy",
          [r"RuntimeError: Numpy is not available", r"Failed to initialize NumPy",
@@ -973,7 +977,8 @@ CATALOG: tuple[Signature, ...] = (
          exclude=r"--local[-_]rank|ipykernel|kernel-[\w-]+\.json"),
     sig("local-rank-argument", "--local-rank not accepted",
          [r"unrecognized arguments: .*--local[-_]rank(?:[= ]\d+|\s|$)",
-          r"Some specified arguments are not used by the HfArgumentParser: \[.*'--local[-_]rank"],
+          r"Some specified arguments are not used by the HfArgumentParser: \[.*'--local[-_]rank",
+          r"Could not consume arg: --local[-_]rank"],                      # python-fire
          local_rank_cause,
          "read the local rank from the environment (int(os.environ['LOCAL_RANK'])): meshrun and "
          "torchrun set it and pass no argument; or declare both spellings: "
@@ -1013,7 +1018,7 @@ CATALOG: tuple[Signature, ...] = (
            r"refused|No route to host)"),
           r"Permission denied \(publickey", r"Host key verification failed",
           r"but host=(?P<host>\S+) was not reachable via ssh",                  # DeepSpeed
-          r"Command '\[?'?ssh .*' returned non-zero exit status 255"],
+          r"Command '\[?'?ssh .*\bhostname(?: -I)?'(?:\]')? returned non-zero exit status 255"],
          lambda h: ("the launcher starts the other nodes over ssh (a hostfile: DeepSpeed's "
                     "pdsh, a project's own script) and could not log into "
                     f"{h.group('host') or 'a node'}: no route or port 22 closed, no "
@@ -1138,11 +1143,9 @@ CATALOG: tuple[Signature, ...] = (
            r"python3?) not found"),
           (r"command not found: (?P<cmd>torchrun|deepspeed|accelerate|meshrun|horovodrun|"
            r"mpirun|python3?)\b"),
-          # PowerShell; Python's subprocess
+          # PowerShell
           (r"The term '(?P<cmd>torchrun|deepspeed|accelerate|meshrun|horovodrun|mpirun|python3?)' "
-           r"is not recognized as the name of a cmdlet"),
-          (r"FileNotFoundError: \[Errno 2\] No such file or directory: '(?P<cmd>torchrun|deepspeed|"
-           r"accelerate|horovodrun|mpirun|srun|sbatch)'")],
+           r"is not recognized as the name of a cmdlet")],
          lambda h: (f"'{h.group('cmd')}' is SLURM's own command, and this machine has none: "
                     "it is not a SLURM cluster's login node (or SLURM's bin folder is not on "
                     "PATH here), so a script written for SLURM cannot submit from it"
@@ -1296,7 +1299,8 @@ CATALOG: tuple[Signature, ...] = (
     # torch 1.x's store said no more than this; the port is on the launch command
     sig("port-privileged", "a port below 1024",
          [r"RuntimeError: Permission denied\"?,?$"],
-         lambda h: ("the master port" + said(h.text, r"--master[-_]port[= ](\d+)", " {}")
+         lambda h: ("the master port" + said(h.text, r"--master[-_]port[= ]" + _LOW_PORT + r"\b",
+                                             " {}")
                     + " is below 1024, where only root may listen: the store could not open it"),
          meshrun_fix("use a port from 1024 to 65535 (29500 is the usual one), or let meshrun "
                       "pick a free one"),
@@ -1617,13 +1621,19 @@ CATALOG: tuple[Signature, ...] = (
           r"probabilities <= 0)\)",
           r"binarySearchForMultinomial.*Assertion `",
           r"ValueError: probabilities contain NaN", r"pvals < 0, pvals > 1 or pvals contains NaN"],
-         "sampling (torch.multinomial: generate(do_sample=True), a policy's actions; or "
-         "numpy's random.choice) got probabilities that are inf, NaN or negative: the model's "
-         "outputs overflowed or diverged (fp16 overflow, a learning rate too high, a broken "
-         "checkpoint)",
-         "find where the values become inf or NaN (check the loss and the logits; "
-         "torch.autograd.set_detect_anomaly(True)); run in bf16 or fp32 instead of fp16, "
-         "lower the learning rate, or resume from an earlier checkpoint",
+         lambda h: ("sampling (torch.multinomial) got weights that are all zero: everything "
+                    "masked out, or probabilities that underflowed to 0"
+                    if "sum of probabilities <= 0" in h.line or "binarySearch" in h.line else
+                    "numpy's sampling (random.choice, multinomial) got probabilities that are "
+                    "NaN or out of [0, 1]: weights divided by a sum of 0, or a model's outputs "
+                    "that diverged" if "pvals" in h.line or "probabilities contain NaN" in h.line
+                    else "sampling (torch.multinomial: generate(do_sample=True), a policy's "
+                    "actions) got probabilities that are inf, NaN or negative: the model's "
+                    "outputs overflowed or diverged (fp16 overflow, a learning rate too high, a "
+                    "broken checkpoint)"),
+         "find where the values become inf, NaN or all zero (check the loss, the logits and "
+         "the mask; torch.autograd.set_detect_anomaly(True)); for a divergence run in bf16 or "
+         "fp32 instead of fp16, lower the learning rate, or resume from an earlier checkpoint",
          FAULT, "`probability tensor contains either inf, nan or element < 0`, torch 0.4's "
          "device assert in sampleMultinomialOnce",
          suppresses=("cuda-device-assert",)),
@@ -1709,8 +1719,10 @@ CATALOG: tuple[Signature, ...] = (
          [r"Can't get attribute '(?P<what>\w+)' on <module '__mp_main__'"],
          _spawn_pickle_cause, _SPAWN_PICKLE_FIX,
          FAULT, "`Can't get attribute 'X' on <module '__mp_main__'` (a spawned child's own "
-         "import of the main module)"),
-    sig("lightning-removed-argument", "a Trainer argument Lightning 2 removed",
+         "import of the main module; not in a log where a loader unpickles: torch.load, "
+         "joblib, pickle.load)",
+         confirm=lambda _m, text: not _LOADING.search(text)),
+    sig("lightning-removed-argument", "a Trainer argument Lightning removed",
          [r"__init__\(\) got an unexpected keyword argument '(?P<arg>gpus|tpu_cores|ipus|"
           r"auto_select_gpus|auto_lr_find|replace_sampler_ddp|progress_bar_refresh_rate|"
           r"weights_summary|reload_dataloaders_every_epoch|max_nb_epochs)'"],
@@ -1719,7 +1731,7 @@ CATALOG: tuple[Signature, ...] = (
          "`ipus`, `auto_select_gpus`, `auto_lr_find`, `replace_sampler_ddp`: Trainer "
          "arguments Lightning 2.0 removed; `progress_bar_refresh_rate`, `weights_summary` "
          "(1.7), `reload_dataloaders_every_epoch` (1.6), `max_nb_epochs` (0.5))"),
-    sig("lightning-removed-argument", "a Trainer argument Lightning 2 removed",
+    sig("lightning-removed-argument", "a Trainer argument Lightning removed",
          [r"__init__\(\) got an unexpected keyword argument '(?P<arg>resume_from_checkpoint|"
           r"checkpoint_callback|amp_backend|amp_level)'"],
          lightning_arg_cause, lightning_arg_fix,
@@ -1818,8 +1830,7 @@ CATALOG: tuple[Signature, ...] = (
          FAULT, "NCCL's `Call to ibv_reg_dmabuf_mr failed with error Operation not supported`"),
     sig("ib-memlock-too-low", "locked-memory limit too low for InfiniBand",
          [(r"Call to ibv_reg_mr(?:_iova2)? failed(?: with error)? ?:? ?Cannot allocate "
-           r"memory"),
-          r"Please set max locked memory \(ulimit -l\)"],
+           r"memory")],
          "InfiniBand/RoCE transfers register (pin) their buffers, and this process's "
          "locked-memory limit (ulimit -l) is too low for NCCL's: the limit of the shell, the "
          "container or the SLURM step is a few MB, where it must be unlimited",
@@ -1830,6 +1841,16 @@ CATALOG: tuple[Signature, ...] = (
          SETUP, "NCCL's `Call to ibv_reg_mr failed with error Cannot allocate memory` (also "
          "`ibv_reg_mr_iova2`)",
          suppresses=("nccl-system-error", "nccl-internal-error", "nccl-unhandled-cuda-error")),
+    # UCX says it as an error even on nodes it then runs without InfiniBand: advice
+    sig("ib-memlock-too-low", "locked-memory limit too low for InfiniBand",
+         [r"Please set max locked memory \(ulimit -l\)"],
+         "UCX (MPI's transport) could not pin memory for InfiniBand: this process's "
+         "locked-memory limit (ulimit -l) is too low; harmless where the job does not use "
+         "InfiniBand",
+         "raise the limit where the job uses InfiniBand: ulimit -l unlimited in the job "
+         "(--ulimit memlock=-1 for Docker; LimitMEMLOCK=infinity for slurmd); check with "
+         "ulimit -l inside the job",
+         ADVICE, "UCX's `Please set max locked memory (ulimit -l)`"),
     sig("ib-hca-unusable", "NCCL picked an InfiniBand/RoCE device it cannot use",
          [r"Call to ibv_modify_qp failed with (?:error|19) No such device"],
          "NCCL chose an InfiniBand/RoCE device (HCA) whose port cannot carry its connections "
@@ -2053,7 +2074,8 @@ CATALOG: tuple[Signature, ...] = (
          "look at node 0's logs for why it stopped (meshrun diagnose with node0.log); if node 0 "
          "is healthy, check the network between the nodes",
          EFFECT, "torch's `Failed to recv, got 0 bytes. Connection was likely closed. Did the "
-         "remote server shutdown or crash?`"),
+         "remote server shutdown or crash?` (not in a `[W` warning: torch 2.4 warns so at a "
+         "normal end too)", exclude=r"^\s*\[W\d{0,4}|^W\d{4} "),
     # -- advice -----------------------------------------------------------------------------
     sig("nccl-socket-fallback", "NCCL over TCP sockets",
          [r"NET/IB : No device found", r"NCCL INFO Using network Socket\b"],

@@ -487,7 +487,7 @@ _LIGHTNING_ARGS = {
     "checkpoint_callback": ("1.7", "enable_checkpointing="),
     "weights_summary": ("1.7", "enable_model_summary="),
     "reload_dataloaders_every_epoch": ("1.6", "reload_dataloaders_every_n_epochs=1"),
-    "max_nb_epochs": ("0.5", "max_epochs="),
+    "max_nb_epochs": ("0.8", "max_epochs="),
 }
 
 
@@ -499,6 +499,7 @@ def lightning_arg_cause(hit: Hit) -> str:
 
 def lightning_arg_fix(hit: Hit) -> str:
     release, instead = _LIGHTNING_ARGS[hit.group("arg")]
+    older = (f"pytorch-lightning<{release} for `import pytorch_lightning`, lightning<{release} "
+             "for `import lightning`" if release == "2.0" else f"pytorch-lightning<{release}")
     return (f"use {instead} instead of {hit.group('arg')}=, or install the Lightning the "
-            f"script was written for (pytorch-lightning<{release} for `import "
-            f"pytorch_lightning`, lightning<{release} for `import lightning`)")
+            f"script was written for ({older})")
