@@ -938,6 +938,14 @@ def test_other_wordings_of_known_causes_and_their_look_alikes():
         "unpicklable-under-spawn"
     assert first("[W729 10:15:17.529 TCPStore.cpp:125] [c10d] recvValue failed on SocketImpl("
                  "fd=76): Connection reset by peer\n") == "-"
+    # the seventeenth set's wordings, after its figure: torch 1.0's tensor types, a check's
+    # "must be on the same device but got ... on", a C symbol of torch missing on macOS
+    assert first("RuntimeError: Expected object of type torch.cuda.LongTensor but found type "
+                 "torch.LongTensor for argument #3 'index'\n") == "device-mismatch"
+    assert first("RuntimeError: Expected object of type torch.cuda.FloatTensor but found type "
+                 "torch.cuda.LongTensor for argument #2 'other'\n") == "-"      # a dtype's
+    assert first("RuntimeError: stft input and window must be on the same device but got self "
+                 "on cuda:1 and window on cuda:0\n") == "device-mismatch"
     assert first("E0302 14:01:31.120000 2281 torch/distributed/elastic/multiprocessing/api.py:"
                  "869] failed (exitcode: 1) local_rank: 1\n[rank1]: RuntimeError: CUDA error: "
                  "initialization error\n") != "cuda-fork-reinit"

@@ -1203,7 +1203,7 @@ CATALOG: tuple[Signature, ...] = (
           r"undefined symbol: (?P<sym>\S+)",
           (r"DLL load failed while importing (?P<so>\w+): The specified procedure could not be "
            r"found"),
-          r"Symbol not found: (?P<sym>__ZN(?:3c10|2at|5torch)\S*)",       # macOS, torch's
+          r"Symbol not found: (?P<sym>__ZN(?:3c10|2at|5torch)\S*|_torch_\w+)",  # macOS, torch's
           r"Couldn't load custom C\+\+ ops\. This can happen if your PyTorch and torchvision"],
          abi_cause,
          _ABI_FIX,
@@ -1606,7 +1606,8 @@ CATALOG: tuple[Signature, ...] = (
           r"exit code 139 \(interrupted by signal 11: ?SIGSEGV\)",
           # Windows: an access violation (0xC0000005) is its segmentation fault
           r"code -1073741819 \(0xC0000005\)", r"exit status 3221225477",
-          r"^Exception code: 0xc0000005$"],                    # Windows' event log
+          r"^Exception code: 0xc0000005$",                    # Windows' event log
+          r"\bsegfault at [0-9a-f]+ ip [0-9a-f]+ sp "],
          "the process crashed in native code (SIGSEGV): the crash alone names no cause; most "
          "often mismatched library versions (an extension built for another torch or "
          "compiler, a library imported before torch), a driver, or a bug in torch or NCCL",
@@ -1667,7 +1668,11 @@ CATALOG: tuple[Signature, ...] = (
           r"not equal \d+",                                              # torch 1.0-1.8
           r"Placeholder storage has not been allocated on MPS device",
           r"Tensor on device \S+ is not on the expected device \S+",
-          r"expected device \S+ but got device \S+"],
+          r"expected device \S+ but got device \S+",
+          # torch 0.4-1.0: one tensor on a GPU, the other not
+          r"Expected object of type torch\.cuda\.\w+ but found type torch\.(?!cuda)\w+ for argument",
+          r"Expected object of type torch\.(?!cuda)\w+ but found type torch\.cuda\.\w+ for argument",
+          r"must be on the same device but got \w+ on \S+ and \w+ on \S+"],
          lambda h: ("an operation got tensors on two GPUs of one process ("
                     + ", ".join(sorted(set(re.findall(r"cuda:\d+", h.line))))
                     + "): a model spread over several GPUs (device_map='auto' or a hand-made "
