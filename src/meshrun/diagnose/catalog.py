@@ -4,7 +4,7 @@ a cause and a fix (text, or a function of :mod:`.causes` when they read the mess
 tier and what it matches in words. Checked when loaded (:func:`_check_catalog`): codes
 kebab-case, every regex with a literal every match contains, known tiers, suppressed codes
 that exist. This module is longer than the others because it is a table: one entry per
-failure, ~60 of them."""
+failure or wording of one, ~160 of them."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from .causes import (
     bootstrap_cause,
     cpu_torch_cause,
     cpu_torch_fix,
+    device_mismatch_cause,
     dns_cause,
     download_cause,
     driver_cause,
@@ -36,6 +37,7 @@ from .causes import (
     meshrun_fix,
     mismatch_cause,
     module_cause,
+    multinomial_cause,
     nccl_detail,
     nccl_last_error,
     nccl_not_built_cause,
@@ -48,6 +50,8 @@ from .causes import (
     port_cause,
     said,
     space_cause,
+    spawn_pickle_cause,
+    time_limit_cause,
     toolkit_cause,
     unless_warning,
     watchdog_cause,
@@ -79,14 +83,6 @@ _NO_TOOLKIT_FIX = ("install the CUDA toolkit of the CUDA version torch was built
 _DOWNLOADING = re.compile(r"torchvision|torch[/\\.]hub|huggingface|from_pretrained|"
                           r"pretrained=True|[Dd]ownload|urlretrieve")
 
-
-def _spawn_pickle_cause(h) -> str:
-    return (f"{h.group('what')} has to reach another process by pickling (a process started "
-            "with spawn: DataLoader workers, Lightning's ddp_spawn, mp.spawn, the default on "
-            "Windows and macOS; or a multiprocessing pool's task), and pickle carries only what "
-            "can be imported by name: not a function or class defined inside another function, "
-            "nor a lambda, nor a class defined only in an interactive __main__ or under its "
-            "`if __name__ == '__main__':` guard")
 
 
 _SPAWN_PICKLE_FIX = ("define it at module level in a file the workers import (not inside a "
@@ -1461,12 +1457,7 @@ CATALOG: tuple[Signature, ...] = (
           r"PBS: job killed: walltime \d+ exceeded limit \d+",                 # PBS, Torque
           r"job exceeded wallclock limit",                                     # Moab
           r"TERM_RUNLIMIT: job killed after reaching LSF run time limit"],     # LSF
-         lambda h: ("the batch scheduler ("
-                    + ("LSF" if "LSF" in h.line else "PBS" if "PBS" in h.line else "Moab"
-                       if "wallclock" in h.line else "SLURM")
-                    + ") ended the job when it reached its time limit (the partition's or "
-                    "queue's default or maximum, or the one asked for): the training had not "
-                    "finished"),
+         time_limit_cause,
          "ask for more time (SLURM: #SBATCH --time=...; PBS: -l walltime=...; LSF: bsub -W), "
          "or checkpoint regularly and resubmit (meshrun resumes from the last checkpoint; "
          "SLURM's #SBATCH --signal=USR1@120 warns the job before the end)",
@@ -1622,16 +1613,7 @@ CATALOG: tuple[Signature, ...] = (
           r"probabilities <= 0)\)",
           r"binarySearchForMultinomial.*Assertion `",
           r"ValueError: probabilities contain NaN", r"pvals < 0, pvals > 1 or pvals contains NaN"],
-         lambda h: ("sampling (torch.multinomial) got weights that are all zero: everything "
-                    "masked out, or probabilities that underflowed to 0"
-                    if "sum of probabilities <= 0" in h.line or "binarySearch" in h.line else
-                    "numpy's sampling (random.choice, multinomial) got probabilities that are "
-                    "NaN or out of [0, 1]: weights divided by a sum of 0, or a model's outputs "
-                    "that diverged" if "pvals" in h.line or "probabilities contain NaN" in h.line
-                    else "sampling (torch.multinomial: generate(do_sample=True), a policy's "
-                    "actions) got probabilities that are inf, NaN or negative: the model's "
-                    "outputs overflowed or diverged (fp16 overflow, a learning rate too high, a "
-                    "broken checkpoint)"),
+         multinomial_cause,
          "find where the values become inf, NaN or all zero (check the loss, the logits and "
          "the mask; torch.autograd.set_detect_anomaly(True)); for a divergence run in bf16 or "
          "fp32 instead of fp16, lower the learning rate, or resume from an earlier checkpoint",
@@ -1673,17 +1655,7 @@ CATALOG: tuple[Signature, ...] = (
           r"Expected object of type torch\.cuda\.\w+ but found type torch\.(?!cuda)\w+ for argument",
           r"Expected object of type torch\.(?!cuda)\w+ but found type torch\.cuda\.\w+ for argument",
           r"must be on the same device but got \w+ on \S+ and \w+ on \S+"],
-         lambda h: ("an operation got tensors on two GPUs of one process ("
-                    + ", ".join(sorted(set(re.findall(r"cuda:\d+", h.line))))
-                    + "): a model spread over several GPUs (device_map='auto' or a hand-made "
-                    "split) whose block got its input on another GPU than its weights, or "
-                    "code that puts a tensor on a fixed GPU (.cuda(), cuda:0) instead of this "
-                    "rank's" if len(set(re.findall(r"cuda:\d+", h.line))) > 1 else
-                    "an operation mixed tensors on different devices: the model on GPU and the "
-                    "batch on CPU, code that puts a tensor on the default GPU (.cuda(), 'cuda', "
-                    "cuda:0) instead of this rank's, or a rank given another GPU than its "
-                    "model's (a launcher or framework that counted the processes per node or "
-                    "LOCAL_RANK wrongly)"),
+         device_mismatch_cause,
          "move the model and every batch to the rank's device (model.to(device), "
          "batch.to(device)) with device = cuda:LOCAL_RANK (meshrun.init_distributed().device)",
          FAULT, "`Expected all tensors to be on the same device`"),
@@ -1713,7 +1685,7 @@ CATALOG: tuple[Signature, ...] = (
           (r"Can't pickle <function (?P<what>\w+) at 0x\w+>: attribute lookup \w+ on __main__ "
            r"failed"),
           r"Can't (?:get|pickle) local object '?(?P<what>[^'>]+)"],        # Python 3.12-3.14
-         _spawn_pickle_cause, _SPAWN_PICKLE_FIX,
+         spawn_pickle_cause, _SPAWN_PICKLE_FIX,
          FAULT, "`Can't pickle local object 'X'`, `Can't pickle <function <lambda>`, `Can't get "
          "attribute 'X' on <module '__main__'`, with multiprocessing's frames just above (not "
          "torch.save or torch.load of a whole model)",
@@ -1722,7 +1694,7 @@ CATALOG: tuple[Signature, ...] = (
     # '__mp_main__' is the main module as a spawned child imports it: spawn's own words
     sig("unpicklable-under-spawn", "an object a spawned process cannot receive",
          [r"Can't get attribute '(?P<what>\w+)' on <module '__mp_main__'"],
-         _spawn_pickle_cause, _SPAWN_PICKLE_FIX,
+         spawn_pickle_cause, _SPAWN_PICKLE_FIX,
          FAULT, "`Can't get attribute 'X' on <module '__mp_main__'` (a spawned child's own "
          "import of the main module; not in a log where a loader unpickles: torch.load, "
          "joblib, pickle.load)",

@@ -1,6 +1,8 @@
 """The causes and fixes a signature computes from its message (the numbers in an
 out-of-memory error, NCCL's last error, the store barrier's counts, the plan's device ...),
-and the formats meshrun itself prints (the watchdog's lines, its failure report). Pure."""
+and the formats meshrun itself prints (the watchdog's lines, its failure report). Pure.
+This module is longer than the others because it holds one small function per computed
+cause or fix, ~50 of them, which the catalog's table names."""
 
 from __future__ import annotations
 
@@ -503,3 +505,51 @@ def lightning_arg_fix(hit: Hit) -> str:
              "for `import lightning`" if release == "2.0" else f"pytorch-lightning<{release}")
     return (f"use {instead} instead of {hit.group('arg')}=, or install the Lightning the "
             f"script was written for ({older})")
+
+
+def time_limit_cause(hit: Hit) -> str:
+    """The scheduler that ended the job, by its own words."""
+    return ("the batch scheduler ("
+            + ("LSF" if "LSF" in hit.line else "PBS" if "PBS" in hit.line else "Moab"
+               if "wallclock" in hit.line else "SLURM")
+            + ") ended the job when it reached its time limit (the partition's or "
+            "queue's default or maximum, or the one asked for): the training had not "
+            "finished")
+
+
+def multinomial_cause(hit: Hit) -> str:
+    """What the sampler got, by the wording: all-zero weights, numpy's NaNs, or a divergence."""
+    return ("sampling (torch.multinomial) got weights that are all zero: everything "
+            "masked out, or probabilities that underflowed to 0"
+            if "sum of probabilities <= 0" in hit.line or "binarySearch" in hit.line else
+            "numpy's sampling (random.choice, multinomial) got probabilities that are "
+            "NaN or out of [0, 1]: weights divided by a sum of 0, or a model's outputs "
+            "that diverged" if "pvals" in hit.line or "probabilities contain NaN" in hit.line
+            else "sampling (torch.multinomial: generate(do_sample=True), a policy's "
+            "actions) got probabilities that are inf, NaN or negative: the model's "
+            "outputs overflowed or diverged (fp16 overflow, a learning rate too high, a "
+            "broken checkpoint)")
+
+
+def device_mismatch_cause(hit: Hit) -> str:
+    """Two GPUs named in the message: a model split over them; else the usual mixes."""
+    gpus = sorted(set(re.findall(r"cuda:\d+", hit.line)))
+    if len(gpus) > 1:
+        return (f"an operation got tensors on two GPUs of one process ({', '.join(gpus)}): a "
+                "model spread over several GPUs (device_map='auto' or a hand-made split) whose "
+                "block got its input on another GPU than its weights, or code that puts a "
+                "tensor on a fixed GPU (.cuda(), cuda:0) instead of this rank's")
+    return ("an operation mixed tensors on different devices: the model on GPU and the batch "
+            "on CPU, code that puts a tensor on the default GPU (.cuda(), 'cuda', cuda:0) "
+            "instead of this rank's, or a rank given another GPU than its model's (a launcher "
+            "or framework that counted the processes per node or LOCAL_RANK wrongly)")
+
+
+def spawn_pickle_cause(hit: Hit) -> str:
+    """What a spawned process could not receive, and why pickle cannot carry it."""
+    return (f"{hit.group('what')} has to reach another process by pickling (a process started "
+            "with spawn: DataLoader workers, Lightning's ddp_spawn, mp.spawn, the default on "
+            "Windows and macOS; or a multiprocessing pool's task), and pickle carries only what "
+            "can be imported by name: not a function or class defined inside another function, "
+            "nor a lambda, nor a class defined only in an interactive __main__ or under its "
+            "`if __name__ == '__main__':` guard")
