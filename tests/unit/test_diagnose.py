@@ -848,120 +848,159 @@ def test_the_thirteenth_to_fifteenth_rounds_codes_stay_off_ordinary_logs():
     assert too_old[0] == "nccl-too-old-for-gpu" and "this is NCCL 2.25.1+cuda12.8" in too_old[1]
 
 
-def test_other_wordings_of_known_causes_and_their_look_alikes():
-    """The wordings set's patterns (tests/corpus/wordings/) on the messages that look like
-    them and mean something else: a dtype mismatch between two CUDA tensors, a store's name
-    lookup (not a download's), a segfault reported by torch.multiprocessing."""
-    def first(text: str) -> str:
-        found = diagnose_text(text, name="x.log")
-        return found[0].code if found else "-"
-
-    typed = "RuntimeError: Input type ({}) and weight type ({}) should be the same\n"
-    assert first(typed.format("torch.FloatTensor", "torch.cuda.FloatTensor")) == "device-mismatch"
-    assert first(typed.format("torch.cuda.HalfTensor", "torch.cuda.FloatTensor")) == "-"
-    gai = "socket.gaierror: [Errno -2] Name or service not known\n"
-    download = ('  File "/usr/lib/python3.10/http/client.py", line 941, in connect\n'
-                '  File "/usr/lib/python3.10/socket.py", line 955, in getaddrinfo\n' + gai)
-    assert first(download) == "network-download-failed"
-    store = ('  File "/opt/torch/distributed/rendezvous.py", line 185, in _create_c10d_store\n'
-             '  File "/usr/lib/python3.10/socket.py", line 955, in getaddrinfo\n' + gai)
-    assert first(store) == "master-dns-failure"
-    assert first("torch.multiprocessing.spawn.ProcessExitedException: process 1 terminated "
-                 "with signal SIGSEGV\n") == "segfault"
-    assert first("torch.multiprocessing.spawn.ProcessExitedException: process 1 terminated "
-                 "with signal SIGKILL\n") == "host-oom-killed"
-    assert first("RuntimeError: CUDA error: unspecified launch failure\n") == \
-        "cuda-illegal-memory-access"
-    # the three codes these wordings brought, and what they must leave alone
-    assert first("ModuleNotFoundError: No module named 'torch._C'\n") == "torch-shadowed"
-    assert first("ModuleNotFoundError: No module named 'torch._six'\n") == \
-        "library-too-old-for-torch"
-    assert first("ImportError: /env/lib/python3.10/site-packages/torch/lib/libtorch_cpu.so: "
-                 "undefined symbol: iJIT_NotifyEvent\n") == "mkl-too-new-for-torch"
-    assert first("ImportError: /env/lib/python3.10/site-packages/ext/_C.so: undefined symbol: "
-                 "_ZN3c104cuda9SetDeviceEi\n") == "torch-abi-mismatch"
-    assert first("RuntimeError: probability tensor contains either `inf`, `nan` or element "
-                 "< 0\n") == "multinomial-invalid-probabilities"
-    # generic lines that need their context: a pickle's end outside torch.load (a spawned
-    # worker's pipe), ENOENT without a semaphore, CUDA's error 3 without a fork
-    spawn = ('  File "C:\\Python310\\lib\\multiprocessing\\spawn.py", line 126, in _main\n'
-             '    self = reduction.pickle.load(from_parent)\nEOFError: Ran out of input\n')
-    assert first(spawn) != "checkpoint-truncated"
-    assert first("Traceback (most recent call last):\n  File \"train.py\", line 9, in <module>\n"
-                 "FileNotFoundError: [Errno 2] No such file or directory\n") != "shm-not-writable"
-    assert first("RuntimeError: CUDA error: initialization error\n") != "cuda-fork-reinit"
+#: (a log, whether diagnose's first code must be CODE or must not be, CODE ('-': none))
+LOOK_ALIKES = [
+    # other wordings of known causes, and the lines they must leave alone: a dtype mismatch
+    # between two CUDA tensors, a store's name lookup (not a download's), a segfault reported
+    # by torch.multiprocessing, a pickle's end outside torch.load (a spawned worker's pipe),
+    # ENOENT without a semaphore, CUDA's error 3 without a fork (and under one)
+    ('RuntimeError: Input type (torch.FloatTensor) and weight type (torch.cuda.FloatTensor) '
+     'should be the same\n',
+     True, 'device-mismatch'),
+    ('RuntimeError: Input type (torch.cuda.HalfTensor) and weight type '
+     '(torch.cuda.FloatTensor) should be the same\n',
+     True, '-'),
+    ('  File "/usr/lib/python3.10/http/client.py", line 941, in connect\n  File '
+     '"/usr/lib/python3.10/socket.py", line 955, in getaddrinfo\nsocket.gaierror: [Errno -2] '
+     'Name or service not known\n',
+     True, 'network-download-failed'),
+    ('  File "/opt/torch/distributed/rendezvous.py", line 185, in _create_c10d_store\n  File '
+     '"/usr/lib/python3.10/socket.py", line 955, in getaddrinfo\nsocket.gaierror: [Errno -2] '
+     'Name or service not known\n',
+     True, 'master-dns-failure'),
+    ('torch.multiprocessing.spawn.ProcessExitedException: process 1 terminated with signal '
+     'SIGSEGV\n',
+     True, 'segfault'),
+    ('torch.multiprocessing.spawn.ProcessExitedException: process 1 terminated with signal '
+     'SIGKILL\n',
+     True, 'host-oom-killed'),
+    ('RuntimeError: CUDA error: unspecified launch failure\n',
+     True, 'cuda-illegal-memory-access'),
+    ("ModuleNotFoundError: No module named 'torch._C'\n",
+     True, 'torch-shadowed'),
+    ("ModuleNotFoundError: No module named 'torch._six'\n",
+     True, 'library-too-old-for-torch'),
+    ('ImportError: /env/lib/python3.10/site-packages/torch/lib/libtorch_cpu.so: undefined '
+     'symbol: iJIT_NotifyEvent\n',
+     True, 'mkl-too-new-for-torch'),
+    ('ImportError: /env/lib/python3.10/site-packages/ext/_C.so: undefined symbol: '
+     '_ZN3c104cuda9SetDeviceEi\n',
+     True, 'torch-abi-mismatch'),
+    ('RuntimeError: probability tensor contains either `inf`, `nan` or element < 0\n',
+     True, 'multinomial-invalid-probabilities'),
+    ('  File "C:\\Python310\\lib\\multiprocessing\\spawn.py", line 126, in _main\n    self = '
+     'reduction.pickle.load(from_parent)\nEOFError: Ran out of input\n',
+     False, 'checkpoint-truncated'),
+    ('Traceback (most recent call last):\n  File "train.py", line 9, in <module>\n'
+     'FileNotFoundError: [Errno 2] No such file or directory\n',
+     False, 'shm-not-writable'),
+    ('RuntimeError: CUDA error: initialization error\n',
+     False, 'cuda-fork-reinit'),
+    ('  File "/opt/torch/utils/data/_utils/worker.py", line 287, in _worker_loop\n'
+     'RuntimeError: CUDA error: initialization error\n',
+     True, 'cuda-fork-reinit'),
     # the sixteenth set's codes: stale flags (not the launcher's --local-rank), DDP's device
     # ids for a CPU model (not a model over two GPUs)
-    assert first("train.py: error: unrecognized arguments: --ground_truths_key x\n") == \
-        "script-arguments-unknown"
-    assert first("train.py: error: unrecognized arguments: --local-rank=0\n") == \
-        "local-rank-argument"
-    ddp = ("ValueError: DistributedDataParallel device_ids and output_device arguments only "
-           "work with single-device/multiple-device GPU modules or CPU modules, but got "
-           "device_ids [{}], output_device {}, and module parameters {{{}}}.\n")
-    assert first(ddp.format("None", "None", "device(type='cpu')")) == "ddp-model-on-cpu"
-    assert first(ddp.format("0", "0", "device(type='cuda', index=0), device(type='cuda', "
-                            "index=1)")) == "device-map-auto-with-ddp"
-    # a read-through's look-alikes (its logs in the words of real threads): SLURM's note on
-    # a finished job, CUDA's error 3 under torchrun (no fork), a notebook's own arguments,
-    # torch's own DLL on Windows, an operator a CUDA build lacks, a display card's warning
-    # beside the real error, a job ended by its time limit
-    assert first("slurmstepd: error: Exceeded job memory limit at some point.\n") == "-"
-    # the rarer codes' wordings: numpy's C API older than the build; a spawned child's
-    # '__mp_main__' (no frames needed), but a pickling error of __main__ needs its frames;
-    # another scheduler's time limit
-    numpy_api = ("RuntimeError: Failed to initialize NumPy: module compiled against API version "
-                 "{} but this version of numpy is {}\n")
-    too_old = diagnose_text(numpy_api.format("0x10", "0xf"), name="x.log")[0]
+    ('train.py: error: unrecognized arguments: --ground_truths_key x\n',
+     True, 'script-arguments-unknown'),
+    ('train.py: error: unrecognized arguments: --local-rank=0\n',
+     True, 'local-rank-argument'),
+    ('ValueError: DistributedDataParallel device_ids and output_device arguments only work '
+     'with single-device/multiple-device GPU modules or CPU modules, but got device_ids '
+     "[None], output_device None, and module parameters {device(type='cpu')}.\n",
+     True, 'ddp-model-on-cpu'),
+    ('ValueError: DistributedDataParallel device_ids and output_device arguments only work '
+     'with single-device/multiple-device GPU modules or CPU modules, but got device_ids [0], '
+     "output_device 0, and module parameters {device(type='cuda', index=0), "
+     "device(type='cuda', index=1)}.\n",
+     True, 'device-map-auto-with-ddp'),
+    # the first read-through's look-alikes: SLURM's note on a finished job, CUDA's error 3
+    # under torchrun (no fork), a notebook's own arguments, torch's own DLL on Windows, an
+    # operator a CUDA build lacks, a display card's warning beside the real error, a job
+    # ended by its time limit
+    ('slurmstepd: error: Exceeded job memory limit at some point.\n',
+     True, '-'),
+    ('E0302 14:01:31.120000 2281 torch/distributed/elastic/multiprocessing/api.py:869] failed '
+     '(exitcode: 1) local_rank: 1\n[rank1]: RuntimeError: CUDA error: initialization error\n',
+     False, 'cuda-fork-reinit'),
+    ('ipykernel_launcher.py: error: unrecognized arguments: -f '
+     '/root/.local/share/jupyter/runtime/kernel-3f2a.json\n',
+     False, 'script-arguments-unknown'),
+    ('OSError: [WinError 127] The specified procedure could not be found. Error loading '
+     '"C:\\venv\\Lib\\site-packages\\torch\\lib\\torch_python.dll" or one of its '
+     'dependencies.\n',
+     False, 'torch-abi-mismatch'),
+    ("NotImplementedError: Could not run 'aten::slow_conv3d_forward' with arguments from the "
+     "'CUDA' backend.\n",
+     False, 'cuda-on-cpu-torch'),
+    ('    Found GPU1 NVIDIA GeForce GT 710 which is of cuda capability 3.5.\n    PyTorch no '
+     'longer supports this GPU because it is too old.\ntorch.OutOfMemoryError: CUDA out of '
+     'memory. Tried to allocate 2.00 GiB.\n',
+     True, 'cuda-oom'),
+    ('slurmstepd: error: *** JOB 4412873 ON gpu-a07 CANCELLED AT 2024-06-02T14:00:12 DUE TO '
+     'TIME LIMIT ***\n/var/spool/slurmd/job4412873/slurm_script: line 24: 181233 Killed        '
+     '          python train.py\n',
+     True, 'job-time-limit'),
+    # the rarer causes' wordings: a spawned child's '__mp_main__' (no frames needed), but a
+    # pickling error of __main__ needs its frames; another scheduler's time limit
+    ("AttributeError: Can't get attribute 'worker' on <module '__mp_main__' from 'train.py'>\n",
+     True, 'unpicklable-under-spawn'),
+    ("_pickle.PicklingError: Can't pickle <function f at 0x7f00>: attribute lookup f on "
+     '__main__ failed\n',
+     True, '-'),
+    ('=>> PBS: job killed: walltime 259217 exceeded limit 259200\n',
+     True, 'job-time-limit'),
+    # the second read-through's look-alikes: UCX's memlock note on a job that runs on
+    # (advice), torch < 1.9's missing torch.distributed.run, ssh's 255 after hours of
+    # training (and DeepSpeed's probe), a loader unpickling another script's __main__ class,
+    # torch 2.4's warning at a normal end, a folder named like a launcher
+    ('[1669:0:1669] ib_iface.c:988 UCX ERROR ibv_create_cq() failed: Cannot allocate memory. '
+     "Please set max locked memory (ulimit -l) to 'unlimited'\nTraceback (most recent call "
+     'last):\n  File "train.py", line 40, in <module>\nKeyError: \'input_ids\'\n',
+     False, 'ib-memlock-too-low'),
+    ('/usr/bin/python: No module named torch.distributed.run\n',
+     False, 'torch-missing'),
+    ("subprocess.CalledProcessError: Command 'ssh -o ServerAliveInterval=30 node2 python "
+     "train.py' returned non-zero exit status 255.\n",
+     False, 'ssh-unreachable'),
+    ("subprocess.CalledProcessError: Command 'ssh -o PasswordAuthentication=no node2 hostname' "
+     'returned non-zero exit status 255.\n',
+     True, 'ssh-unreachable'),
+    ('  File "/opt/torch/serialization.py", line 1040, in load\nAttributeError: Can\'t get '
+     "attribute 'Net' on <module '__mp_main__' from 'eval.py'>\n",
+     False, 'unpicklable-under-spawn'),
+    ('[W729 10:15:17.529 TCPStore.cpp:125] [c10d] recvValue failed on SocketImpl(fd=76): '
+     'Connection reset by peer\n',
+     True, '-'),
+    ("FileNotFoundError: [Errno 2] No such file or directory: 'deepspeed'\n",
+     False, 'launcher-not-found'),
+    # the seventeenth set's wordings, read after its figure: torch 1.0's tensor types (not a
+    # dtype's), a check's 'must be on the same device but got ... on'
+    ('RuntimeError: Expected object of type torch.cuda.LongTensor but found type '
+     "torch.LongTensor for argument #3 'index'\n",
+     True, 'device-mismatch'),
+    ('RuntimeError: Expected object of type torch.cuda.FloatTensor but found type '
+     "torch.cuda.LongTensor for argument #2 'other'\n",
+     True, '-'),
+    ('RuntimeError: stft input and window must be on the same device but got self on cuda:1 '
+     'and window on cuda:0\n',
+     True, 'device-mismatch'),
+]
+
+
+@pytest.mark.parametrize("text, same, code", LOOK_ALIKES,
+                         ids=[f"{i}-{'is' if same else 'not'}-{code}"
+                              for i, (_, same, code) in enumerate(LOOK_ALIKES)])
+def test_other_wordings_of_known_causes_and_their_look_alikes(text, same, code):
+    """The wordings set's patterns (tests/corpus/wordings/) on their messages, and on the
+    look-alikes that mean something else (the read-throughs' logs, in real threads' words)."""
+    found = diagnose_text(text, name="x.log")
+    first = found[0].code if found else "-"
+    assert (first == code) if same else (first != code), (first, text)
+
+
+def test_an_older_numpy_than_the_build_says_so():
+    api = ("RuntimeError: Failed to initialize NumPy: module compiled against API version {} "
+           "but this version of numpy is {}\n")
+    too_old = diagnose_text(api.format("0x10", "0xf"), name="x.log")[0]
     assert too_old.code == "numpy-too-old-for-torch" and "older than" in too_old.cause
-    assert first("AttributeError: Can't get attribute 'worker' on <module '__mp_main__' from "
-                 "'train.py'>\n") == "unpicklable-under-spawn"
-    assert first("_pickle.PicklingError: Can't pickle <function f at 0x7f00>: attribute lookup "
-                 "f on __main__ failed\n") == "-"
-    assert first("=>> PBS: job killed: walltime 259217 exceeded limit 259200\n") == \
-        "job-time-limit"
-    # the second read-through's look-alikes: UCX's memlock note on a job that runs on (advice),
-    # torch < 1.9's missing torch.distributed.run, ssh's 255 after hours of training, a loader
-    # unpickling another script's __main__ class inside a spawned rank, torch 2.4's warning
-    # at a normal end, a folder named like a launcher
-    assert first("[1669:0:1669] ib_iface.c:988 UCX ERROR ibv_create_cq() failed: Cannot "
-                 "allocate memory. Please set max locked memory (ulimit -l) to 'unlimited'\n"
-                 "Traceback (most recent call last):\n  File \"train.py\", line 40, in <module>"
-                 "\nKeyError: 'input_ids'\n") != "ib-memlock-too-low"
-    assert first("/usr/bin/python: No module named torch.distributed.run\n") != "torch-missing"
-    assert first("subprocess.CalledProcessError: Command 'ssh -o ServerAliveInterval=30 node2 "
-                 "python train.py' returned non-zero exit status 255.\n") != "ssh-unreachable"
-    assert first("subprocess.CalledProcessError: Command 'ssh -o PasswordAuthentication=no "
-                 "node2 hostname' returned non-zero exit status 255.\n") == "ssh-unreachable"
-    assert first('  File "/opt/torch/serialization.py", line 1040, in load\nAttributeError: '
-                 "Can't get attribute 'Net' on <module '__mp_main__' from 'eval.py'>\n") != \
-        "unpicklable-under-spawn"
-    assert first("[W729 10:15:17.529 TCPStore.cpp:125] [c10d] recvValue failed on SocketImpl("
-                 "fd=76): Connection reset by peer\n") == "-"
-    # the seventeenth set's wordings, after its figure: torch 1.0's tensor types, a check's
-    # "must be on the same device but got ... on", a C symbol of torch missing on macOS
-    assert first("RuntimeError: Expected object of type torch.cuda.LongTensor but found type "
-                 "torch.LongTensor for argument #3 'index'\n") == "device-mismatch"
-    assert first("RuntimeError: Expected object of type torch.cuda.FloatTensor but found type "
-                 "torch.cuda.LongTensor for argument #2 'other'\n") == "-"      # a dtype's
-    assert first("RuntimeError: stft input and window must be on the same device but got self "
-                 "on cuda:1 and window on cuda:0\n") == "device-mismatch"
-    assert first("E0302 14:01:31.120000 2281 torch/distributed/elastic/multiprocessing/api.py:"
-                 "869] failed (exitcode: 1) local_rank: 1\n[rank1]: RuntimeError: CUDA error: "
-                 "initialization error\n") != "cuda-fork-reinit"
-    assert first("ipykernel_launcher.py: error: unrecognized arguments: -f /root/.local/share/"
-                 "jupyter/runtime/kernel-3f2a.json\n") != "script-arguments-unknown"
-    assert first('OSError: [WinError 127] The specified procedure could not be found. Error '
-                 'loading "C:\\venv\\Lib\\site-packages\\torch\\lib\\torch_python.dll" or one '
-                 'of its dependencies.\n') != "torch-abi-mismatch"
-    assert first("NotImplementedError: Could not run 'aten::slow_conv3d_forward' with "
-                 "arguments from the 'CUDA' backend.\n") != "cuda-on-cpu-torch"
-    assert first("    Found GPU1 NVIDIA GeForce GT 710 which is of cuda capability 3.5.\n"
-                 "    PyTorch no longer supports this GPU because it is too old.\n"
-                 "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n") == \
-        "cuda-oom"
-    assert first("slurmstepd: error: *** JOB 4412873 ON gpu-a07 CANCELLED AT 2024-06-02T14:00:12 "
-                 "DUE TO TIME LIMIT ***\n/var/spool/slurmd/job4412873/slurm_script: line 24: "
-                 "181233 Killed                  python train.py\n") == "job-time-limit"
-    assert first("  File \"/opt/torch/utils/data/_utils/worker.py\", line 287, in _worker_loop\n"
-                 "RuntimeError: CUDA error: initialization error\n") == "cuda-fork-reinit"

@@ -82,15 +82,21 @@ _NO_TOOLKIT_FIX = ("install the CUDA toolkit of the CUDA version torch was built
 #: a download in the log (the HTTP client's name lookup failed for it)
 _DOWNLOADING = re.compile(r"torchvision|torch[/\\.]hub|huggingface|from_pretrained|"
                           r"pretrained=True|[Dd]ownload|urlretrieve")
-
-
-
 _SPAWN_PICKLE_FIX = ("define it at module level in a file the workers import (not inside a "
                      "function, __init__, the main guard or a notebook cell); or start the "
                      "ranks with a launcher (meshrun run, torchrun, Lightning's "
                      "strategy='ddp') instead of spawning them from the script")
 #: a loader unpickling a file (what it finds missing is the saving script's, not spawn's)
 _LOADING = re.compile(r"torch[/\\]serialization\.py|joblib|pickle\.load\(|torch\.load\(")
+_CUT_SHORT = ("a checkpoint file is incomplete: its save was cut short (the disk filled, the "
+              "process was killed while writing, a copy or download did not finish), so the "
+              "loader met its end early (a zip checkpoint keeps its directory there)")
+_CUT_SHORT_FIX = ("resume from the previous checkpoint (move the broken file away); write "
+                  "checkpoints to a temporary name and rename them when whole (meshrun's recipes "
+                  "do), and check the free space where they go (df -h)")
+#: DDP's refusal of a module not on one GPU, up to the set of its parameters' devices
+_DDP_DEVICE_IDS = (r"only work with single-device/multiple-device GPU modules or CPU modules, "
+                   r"but got device_ids \[[^\]]*\], output_device \S+, and module parameters ")
 _ABI_FIX = ("reinstall that package against this torch (pip install --force-reinstall "
             "--no-build-isolation PACKAGE), or install the torch it was built for; use one "
             "image on every node")
@@ -509,12 +515,7 @@ CATALOG: tuple[Signature, ...] = (
           r"PytorchStreamReader failed reading file \S+: file read failed",
           r"unexpected EOF(?:, expected \d+ more bytes)?\. The file might be corrupted",
           r"Error while deserializing header: MetadataIncompleteBuffer"],
-         "a checkpoint file is incomplete: its save was cut short (the disk filled, the process "
-         "was killed while writing, a copy or download did not finish), so torch.load finds no "
-         "zip directory at its end",
-         "resume from the previous checkpoint (move the broken file away); write checkpoints "
-         "to a temporary name and rename them when whole (meshrun's recipes do), and check the "
-         "free space where they go (df -h)",
+         _CUT_SHORT, _CUT_SHORT_FIX,
          FAULT, "torch.load's `PytorchStreamReader failed reading zip archive: failed finding "
          "central directory` (and `... failed reading file ...: file read failed`, `unexpected "
          "EOF, expected N more bytes. The file might be corrupted`)"),
@@ -530,12 +531,7 @@ CATALOG: tuple[Signature, ...] = (
     # torch.load's legacy (pickle) reader meets the end of a file cut short
     sig("checkpoint-truncated", "the checkpoint file is cut short",
          [r"EOFError: Ran out of input"],
-         "a checkpoint file is incomplete: its save was cut short (the disk filled, the process "
-         "was killed while writing, a copy or download did not finish), so torch.load's reader "
-         "met its end early",
-         "resume from the previous checkpoint (move the broken file away); write checkpoints "
-         "to a temporary name and rename them when whole (meshrun's recipes do), and check the "
-         "free space where they go (df -h)",
+         _CUT_SHORT, _CUT_SHORT_FIX,
          FAULT, "`EOFError: Ran out of input` under torch.load's frames",
          near=r"torch/serialization\.py"),
     # a zip whose header is broken, not only its end: cut short, or two writers at once
@@ -580,9 +576,7 @@ CATALOG: tuple[Signature, ...] = (
          "it again (huggingface-cli download ...); head -c 100 FILE shows what it is",
          FAULT, "safetensors' `Error while deserializing header: HeaderTooLarge`"),
     sig("ddp-model-on-cpu", "DDP given GPU ids for a model on the CPU",
-         [r"only work with single-device/multiple-device GPU modules or CPU modules, but got "
-          r"device_ids \[[^\]]*\], output_device \S+, and module parameters "
-          r"\{device\(type='cpu'\)\}",
+         [_DDP_DEVICE_IDS + r"\{device\(type='cpu'\)\}",
           # torch <= 1.7; a model partly left on the CPU
           (r"only work with single-device (?:CUDA|GPU) modules, but got device_ids \S+, "
            r"output_device \S+, and module parameters \{(?:device\(type='cuda', index=\d+\), )?"
@@ -598,8 +592,7 @@ CATALOG: tuple[Signature, ...] = (
     sig("library-single-gpu-only", "the library refuses multi-GPU training",
          # not private-transformers' `Multi-gpu and distributed training is currently not
          # supported`: a newer transformers made its check refuse one GPU too
-         [r"currently does not work on multi GPU setups",
-          r"currently does not support multi GPU setups"],
+         [r"currently does not (?:work on|support) multi GPU setups"],
          "the library this script trains with refuses to run on more than one GPU or in "
          "distributed training: this version of it does not support that (its own check "
          "says so)",
@@ -621,9 +614,7 @@ CATALOG: tuple[Signature, ...] = (
          [r"You can't train a model that has been loaded with `device_map='auto'` in any "
           r"distributed mode",
           # DDP handed a module spread over two GPUs or more
-          r"only work with single-device/multiple-device GPU modules or CPU modules, but got "
-          r"device_ids \[[^\]]*\], output_device \S+, and module parameters \{device\(type='cuda', "
-          r"index=\d+\), device\(type='cuda'",
+          _DDP_DEVICE_IDS + r"\{device\(type='cuda', index=\d+\), device\(type='cuda'",
           r"You can't train a model that has been loaded in 8-bit precision on a different "
           r"device than the one you're training on"],
          "the model was loaded with device_map='auto' (spread over every GPU the process sees, "
@@ -960,8 +951,8 @@ CATALOG: tuple[Signature, ...] = (
           r"ERROR: Could not consume arg: (?P<args>.+)"],                 # python-fire
          lambda h: ("the command passes arguments the script does not define ("
                     + h.group("args") + "): renamed or removed in this version of the script "
-                    "(a launch script or "
-                    "README from another version), misspelled, or a launcher's own option "
+                    "(a launch script or README from another version), misspelled, or a "
+                    "launcher's own option "
                     "written after the script's name (torchrun train.py --nproc_per_node 2 "
                     "hands it to the script)"),
          "compare the flags with the script's --help in this version and its example launch "

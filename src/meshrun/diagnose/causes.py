@@ -372,11 +372,10 @@ def arch_cause(hit: Hit) -> str:
 
 
 def toolkit_cause(hit: Hit) -> str:
-    torch = hit.group("torch") or re.search(r"PyTorch \(([\d.]+)\)", hit.text)
-    torch = torch if isinstance(torch, str) or torch is None else torch.group(1)
+    torch = (hit.group("torch") or said(hit.text, r"PyTorch \(([\d.]+)\)", "{}")
+             or said(hit.text, r"Pytorch binaries were compiled with Cuda ([\d.]*\d)", "{}"))
     system = hit.group("sys") or said(hit.text, r"Cuda compilation tools, release ([\d.]+)",
                                       "{}")
-    torch = torch or said(hit.text, r"Pytorch binaries were compiled with Cuda ([\d.]*\d)", "{}")
     here = f" ({system})" if system else ""
     return (f"the CUDA toolkit on this node{here} is not the one torch was built with "
             f"({torch or 'another version'}): extensions compiled here (DeepSpeed's ops, apex, "
@@ -507,28 +506,29 @@ def lightning_arg_fix(hit: Hit) -> str:
             f"script was written for ({older})")
 
 
+_SCHEDULERS = (("LSF", "LSF"), ("PBS", "PBS"), ("wallclock", "Moab"))   # (its words, its name)
+
+
 def time_limit_cause(hit: Hit) -> str:
-    """The scheduler that ended the job, by its own words."""
-    return ("the batch scheduler ("
-            + ("LSF" if "LSF" in hit.line else "PBS" if "PBS" in hit.line else "Moab"
-               if "wallclock" in hit.line else "SLURM")
-            + ") ended the job when it reached its time limit (the partition's or "
-            "queue's default or maximum, or the one asked for): the training had not "
-            "finished")
+    """The scheduler that ended the job, by its own words (SLURM's when no other's)."""
+    name = next((name for words, name in _SCHEDULERS if words in hit.line), "SLURM")
+    return (f"the batch scheduler ({name}) ended the job when it reached its time limit (the "
+            "partition's or queue's default or maximum, or the one asked for): the training "
+            "had not finished")
 
 
 def multinomial_cause(hit: Hit) -> str:
     """What the sampler got, by the wording: all-zero weights, numpy's NaNs, or a divergence."""
-    return ("sampling (torch.multinomial) got weights that are all zero: everything "
-            "masked out, or probabilities that underflowed to 0"
-            if "sum of probabilities <= 0" in hit.line or "binarySearch" in hit.line else
-            "numpy's sampling (random.choice, multinomial) got probabilities that are "
-            "NaN or out of [0, 1]: weights divided by a sum of 0, or a model's outputs "
-            "that diverged" if "pvals" in hit.line or "probabilities contain NaN" in hit.line
-            else "sampling (torch.multinomial: generate(do_sample=True), a policy's "
-            "actions) got probabilities that are inf, NaN or negative: the model's "
-            "outputs overflowed or diverged (fp16 overflow, a learning rate too high, a "
-            "broken checkpoint)")
+    if "sum of probabilities <= 0" in hit.line or "binarySearch" in hit.line:
+        return ("sampling (torch.multinomial) got weights that are all zero: everything masked "
+                "out, or probabilities that underflowed to 0")
+    if "pvals" in hit.line or "probabilities contain NaN" in hit.line:
+        return ("numpy's sampling (random.choice, multinomial) got probabilities that are NaN "
+                "or out of [0, 1]: weights divided by a sum of 0, or a model's outputs that "
+                "diverged")
+    return ("sampling (torch.multinomial: generate(do_sample=True), a policy's actions) got "
+            "probabilities that are inf, NaN or negative: the model's outputs overflowed or "
+            "diverged (fp16 overflow, a learning rate too high, a broken checkpoint)")
 
 
 def device_mismatch_cause(hit: Hit) -> str:
